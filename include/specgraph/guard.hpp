@@ -1,0 +1,47 @@
+// Guard words: how a kernel reports a store it refused to make.
+//
+// Every store into a static buffer is checked against that buffer's capacity. An out-of-capacity
+// store is skipped and the first violation is recorded here (later ones are only counted), so an
+// engine gets a named error instead of silently corrupted graph memory and an illegal memory
+// access much later.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace specgraph {
+
+enum class kernel_id : std::int32_t {
+  none = 0,
+  expand_page_table = 1,
+  prefix_metadata = 2,
+  sparse_fallback = 3,
+  sparse_stage = 4,
+};
+
+enum class violation_kind : std::int32_t {
+  none = 0,
+  capacity = 1,  // a store at column >= capacity was skipped
+  layout = 2,    // the branch slot layout of draft-metadata.md section 1 does not hold
+  bad_input = 3, // an input value is out of range (negative slot, last_page_len >= page_size, ...)
+};
+
+// Trivially copyable; lives in device memory, one per kernel launch site. Zero means "clean".
+struct guard_word {
+  std::int32_t violations;  // number of violations recorded since the last reset
+  std::int32_t kind;        // violation_kind of the first violation
+  std::int32_t kernel;      // kernel_id of the first violation
+  std::int32_t row;         // row (or head) of the first violation
+  std::int32_t column;      // column that was not written (or the offending input column)
+  std::int32_t capacity;    // capacity of the buffer (or the limit the value broke)
+  std::int64_t value;       // the value that would have been stored / the offending input value
+};
+
+const char* to_string(kernel_id k) noexcept;
+const char* to_string(violation_kind k) noexcept;
+
+// One line describing the first violation, e.g.
+// "capacity violation in expand_page_table: row 1, column 2, capacity 2, value 2 (3 in total)".
+std::string describe(const guard_word& g);
+
+}  // namespace specgraph

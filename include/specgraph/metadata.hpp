@@ -1,0 +1,131 @@
+// The draft-decode metadata kernels: parameter structs, host-side validation and launchers.
+//
+// Semantics are those of draft-metadata.md (sections 2, 3 and 6). Every params struct is trivially
+// copyable and holds raw pointers into executor memory ("device" memory: real device memory on
+// the cuda executor, host memory on the host executor). All launchers:
+//   * validate every scalar parameter on the host first and throw specgraph::invalid_argument
+//     naming the field, its value and the limit; nothing is launched or written then;
+//   * enqueue one kernel on the executor's stream (asynchronous; no synchronisation, no
+//     allocation), so they may be called during graph capture;
+//   * never store outside a buffer's capacity: such stores are skipped and recorded in the guard
+//     word (see guard.hpp).
+// Input *contents* (slot values, last_page_len values) live in device memory and are checked by
+// the kernel itself: a row with a bad input value is not written at all and a bad_input
+// violation is recorded. `*_host()` variants additionally scan the contents on the host and throw
+// before anything is written; they require host-accessible memory.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "specgraph/guard.hpp"
+
+namespace specgraph {
+
+class executor;
+
+// ---- Expand page table (draft-metadata.md section 3) ----------------------------------------
+struct expand_params {
+  const std::int64_t* cache_loc = nullptr;  // [batch*topk][cache_loc_stride] slot ids
+  std::int64_t cache_loc_stride = 0;        // columns per row of cache_loc (num_steps)
+  std::int32_t slots_read = 0;              // leading slots read per row; the runtime uses d
+  std::int32_t decode_length = 0;           // d = step + 1
+  const std::int32_t* last_page_len = nullptr;  // [batch]
+  std::int32_t batch = 0;                   // requests (rows = batch * topk)
+  std::int32_t topk = 0;
+  std::int32_t page_size = 0;
+  std::int32_t* page_table = nullptr;       // [batch*topk][page_table_stride]
+  std::int64_t page_table_stride = 0;       // >= capacity
+  std::int32_t capacity = 0;                // columns of each row that may be written
+  std::int32_t* cache_seqlen = nullptr;     // [batch*topk]
+  guard_word* guard = nullptr;              // required
+  // Exclusive upper bound for slot ids (the KV pool size); the default accepts any slot >= 0.
+  std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
+  // Optional layout check (draft-metadata.md section 3): rows of requests r < *layout_check_batch
+  // are checked against the branch allocation of section 1. Null disables the check. A pointer
+  // (not a value) so a captured graph checks whatever real batch was staged for the round.
+  const std::int32_t* layout_check_batch = nullptr;
+};
+
+// ---- Prefix metadata (draft-metadata.md section 2) ------------------------------------------
+struct prefix_params {
+  const std::int32_t* req_to_token = nullptr;  // [pool_rows][req_to_token_stride]
+  std::int64_t req_to_token_stride = 0;        // max_context_len
+  std::int32_t pool_rows = 0;
+  const std::int32_t* req_pool_index = nullptr;  // [batch]
+  const std::int32_t* seq_len = nullptr;         // [batch]
+  std::int32_t batch = 0;
+  std::int32_t topk = 0;
+  std::int32_t page_size = 0;
+  std::int32_t* last_page_len = nullptr;  // [batch]
+  std::int32_t* prefix_seqlen = nullptr;  // [batch]
+  std::int32_t* page_table = nullptr;     // [batch][page_table_stride]
+  std::int64_t page_table_stride = 0;
+  std::int32_t capacity = 0;              // ceil(max_context_len / page_size) for the static table
+  std::int32_t* cu_seqlens_q = nullptr;   // [batch + 1]
+  guard_word* guard = nullptr;
+  std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
+};
+
+// ---- Sparse vertical/slash staging (draft-metadata.md section 6) ----------------------------
+enum class stage_kind : std::int32_t { intra = 0, succ = 1, inter = 2 };
+const char* to_string(stage_kind k) noexcept;
+
+// One chunk stage: the queries of [prev, end) against the keys of this stage's kind.
+struct sparse_stage {
+  stage_kind kind = stage_kind::intra;
+  std::int32_t prev = 0;         // chunk start
+  std::int32_t end = 0;          // K: keys seen (exclusive end of the chunk)
+  std::int32_t chunk_len = 0;
+  std::int32_t chunk_q_len = 0;  // query length of the stage
+};
+
+// Key length of a stage: intra end - prev, succ chunk_len, inter prev - chunk_len.
+std::int32_t stage_key_length(const sparse_stage& s) noexcept;
+
+struct sparse_stage_params {
+  const std::int32_t* vertical = nullptr;        // [heads][vertical_stride], input order kept
+  std::int32_t vertical_stride = 0;
+  const std::int32_t* vertical_count = nullptr;  // [heads] the head's vertical size
+  const std::int32_t* slash = nullptr;           // [heads][slash_stride]
+  std::int32_t slash_stride = 0;
+  const std::int32_t* slash_count = nullptr;     // [heads] the head's slash size
+  std::int32_t heads = 0;
+  sparse_stage stage;
+  std::int32_t* out_vertical = nullptr;        // [heads][vertical_capacity], INT32_MAX when unused
+  std::int32_t vertical_capacity = 0;
+  std::int32_t* out_vertical_count = nullptr;  // [heads]
+  std::int32_t* out_slash = nullptr;           // [heads][slash_capacity], INT32_MIN when unused
+  std::int32_t slash_capacity = 0;
+  std::int32_t* out_slash_count = nullptr;     // [heads]
+  guard_word* guard = nullptr;
+};
+
+// Validation (throws specgraph::invalid_argument; writes nothing).
+void validate(const expand_params& p);
+void validate(const prefix_params& p);
+void validate(const sparse_stage_params& p);
+// Scans input contents too; requires host-accessible memory.
+void validate_contents_host(const expand_params& p);
+void validate_contents_host(const prefix_params& p);
+void validate_contents_host(const sparse_stage_params& p);
+
+// Launchers: enqueue on the executor's stream. Asynchronous, capture-safe.
+void launch_expand_page_table(executor& ex, const expand_params& p);
+void launch_prefix_metadata(executor& ex, const prefix_params& p);
+void launch_sparse_stage(executor& ex, const sparse_stage_params& p);
+
+// Immediate host computation (no executor): validates parameters and contents, then runs the
+// per-row code on the calling thread. For tools and tests on host memory.
+void expand_page_table_host(const expand_params& p);
+void prefix_metadata_host(const prefix_params& p);
+void sparse_stage_host(const sparse_stage_params& p);
+
+// Sparse fallback (draft-metadata.md section 6): evenly spaced indices for an empty selection.
+// count = min(max_count, seq_len); step = max(1, ceil(seq_len / count)); indices 0, step, ...
+// (< seq_len), at most count of them. Writes at most `capacity` entries into `out`; an index
+// that does not fit is recorded in `guard` (may be null). Returns the number written.
+std::int32_t sparse_fallback_host(std::int32_t seq_len, std::int32_t max_count, std::int32_t* out,
+                                  std::int32_t capacity, guard_word* guard);
+
+}  // namespace specgraph

@@ -1,0 +1,56 @@
+// Row kernels: the one shape every specgraph kernel (and an engine's own forward kernels) has.
+//
+// A row kernel K is a type with
+//   using params = <trivially copyable struct>;
+//   static constexpr const char* name = "...";
+//   SPECGRAPH_HD static void run_row(const params&, std::int64_t row);
+// The host executor runs run_row in a loop; the cuda executor launches a thin __global__
+// trampoline (row_kernel_cuda.cuh) with one thread per row. Both run the same function.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "specgraph/config.hpp"
+
+namespace specgraph {
+
+using host_rows_fn = void (*)(const void* params, std::int64_t rows);
+using cuda_rows_fn = void (*)(const void* params, std::int64_t rows, device_stream stream);
+
+// A type-erased launch: what an executor needs to run or record one kernel.
+struct kernel_launch {
+  const char* name = nullptr;
+  std::int64_t rows = 0;           // the launch shape: one logical thread per row
+  host_rows_fn host_run = nullptr; // runs all rows on the calling thread
+  cuda_rows_fn cuda_run = nullptr; // enqueues the CUDA trampoline; null when built without CUDA
+  const void* params = nullptr;    // copied by the executor at launch (or capture) time
+  std::size_t params_size = 0;
+};
+
+template <class K>
+void host_run_rows(const void* params, std::int64_t rows) {
+  const auto& p = *static_cast<const typename K::params*>(params);
+  for (std::int64_t row = 0; row < rows; ++row) K::run_row(p, row);
+}
+
+// Builds the launch of K over `rows` rows. `cuda_run` comes from cuda_rows<K> in a .cu file of
+// whoever owns K (null in host-only builds). `p` must outlive the launch call only: executors
+// copy the params.
+template <class K>
+kernel_launch make_kernel_launch(const typename K::params& p, std::int64_t rows,
+                                 cuda_rows_fn cuda_run) {
+  static_assert(std::is_trivially_copyable_v<typename K::params>,
+                "row-kernel params must be trivially copyable (they are baked into graphs)");
+  kernel_launch l;
+  l.name = K::name;
+  l.rows = rows;
+  l.host_run = &host_run_rows<K>;
+  l.cuda_run = cuda_run;
+  l.params = &p;
+  l.params_size = sizeof(p);
+  return l;
+}
+
+}  // namespace specgraph

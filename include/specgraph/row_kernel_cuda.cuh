@@ -1,0 +1,31 @@
+// CUDA side of row kernels: include from a .cu file to get cuda_rows<K>, the launcher to pass
+// to make_kernel_launch. One thread per row, fixed block size, grid derived from the row count
+// only, so the launch shape is a pure function of the params (what graph capture bakes in).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "specgraph/row_kernel.hpp"
+
+namespace specgraph {
+
+inline constexpr int row_kernel_block = 128;
+
+template <class K>
+__global__ void __launch_bounds__(row_kernel_block)
+    row_trampoline(const typename K::params p, std::int64_t rows) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row < rows) K::run_row(p, row);
+}
+
+template <class K>
+void cuda_rows(const void* params, std::int64_t rows, device_stream stream) {
+  if (rows <= 0) return;
+  const auto blocks = static_cast<unsigned>((rows + row_kernel_block - 1) / row_kernel_block);
+  row_trampoline<K><<<blocks, row_kernel_block, 0, stream>>>(
+      *static_cast<const typename K::params*>(params), rows);
+}
+
+}  // namespace specgraph

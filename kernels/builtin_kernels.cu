@@ -1,0 +1,15 @@
+// CUDA trampolines of the built-in metadata kernels. The per-row code is in the headers beside
+// this file and is the same code the host executor runs.
+#include "builtin_kernels.hpp"
+#include "expand_page_table.hpp"
+#include "prefix_metadata.hpp"
+#include "sparse_indices.hpp"
+#include "specgraph/row_kernel_cuda.cuh"
+
+namespace specgraph::kernels {
+
+cuda_rows_fn cuda_expand_page_table() { return &cuda_rows<expand_page_table_kernel>; }
+cuda_rows_fn cuda_prefix_metadata() { return &cuda_rows<prefix_metadata_kernel>; }
+cuda_rows_fn cuda_sparse_stage() { return &cuda_rows<sparse_stage_kernel>; }
+
+}  // namespace specgraph::kernels

@@ -1,0 +1,12 @@
+// Internal: CUDA launchers of the built-in metadata kernels (null in host-only builds).
+#pragma once
+
+#include "specgraph/row_kernel.hpp"
+
+namespace specgraph::kernels {
+
+cuda_rows_fn cuda_expand_page_table();
+cuda_rows_fn cuda_prefix_metadata();
+cuda_rows_fn cuda_sparse_stage();
+
+}  // namespace specgraph::kernels

@@ -1,0 +1,10 @@
+// Host-only builds: the built-in kernels have no CUDA launcher.
+#include "builtin_kernels.hpp"
+
+namespace specgraph::kernels {
+
+cuda_rows_fn cuda_expand_page_table() { return nullptr; }
+cuda_rows_fn cuda_prefix_metadata() { return nullptr; }
+cuda_rows_fn cuda_sparse_stage() { return nullptr; }
+
+}  // namespace specgraph::kernels

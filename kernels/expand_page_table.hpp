@@ -1,0 +1,83 @@
+// Per-row code of the expand page table (draft-metadata.md section 3). Host+device.
+//
+// Preconditions (checked on the host by validate(expand_params) before any launch):
+//   page_size >= 1, topk >= 1, decode_length >= 1, 0 <= slots_read <= cache_loc_stride,
+//   capacity >= 1, page_table_stride >= capacity, all pointers non-null except
+//   layout_check_batch. One call per row in [0, batch*topk).
+#pragma once
+
+#include <cstdint>
+
+#include "guard_ops.hpp"
+#include "specgraph/metadata.hpp"
+
+namespace specgraph::kernels {
+
+struct expand_page_table_kernel {
+  using params = expand_params;
+  static constexpr const char* name = "expand_page_table";
+  static constexpr kernel_id id = kernel_id::expand_page_table;
+
+  static std::int64_t rows(const params& p) {
+    return static_cast<std::int64_t>(p.batch) * p.topk;
+  }
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
+    const auto row = static_cast<std::int32_t>(row64);
+    const std::int32_t request = row / p.topk;
+    const std::int32_t last_page_len = p.last_page_len[request];
+    const std::int64_t* slots = p.cache_loc + row64 * p.cache_loc_stride;
+    std::int32_t* table_row = p.page_table + row64 * p.page_table_stride;
+
+    // Input check first, so a row with a bad value is not written at all.
+    if (last_page_len < 0 || last_page_len >= p.page_size) {
+      guard_record(p.guard, violation_kind::bad_input, id, row, -1, p.page_size, last_page_len);
+      return;
+    }
+    for (std::int32_t j = 0; j < p.slots_read; ++j) {
+      if (slots[j] < 0 || slots[j] >= p.slot_limit) {
+        guard_record(p.guard, violation_kind::bad_input, id, row, j, -1, slots[j]);
+        return;
+      }
+    }
+
+    p.cache_seqlen[row] = last_page_len + p.decode_length;
+
+    // Unique-consecutive pages of the first slots_read slots, scattered into the row. The number
+    // of runs is at most slots_read, so with slots_read = d and capacity d + 1 the scatter cannot
+    // leave the row; any wider read is caught by checked_store instead of corrupting memory.
+    std::int32_t runs = 0;
+    std::int64_t previous_page = -1;
+    for (std::int32_t j = 0; j < p.slots_read; ++j) {
+      const std::int64_t page = slots[j] / p.page_size;
+      if (j == 0 || page != previous_page) {
+        checked_store(table_row, runs, p.capacity, page, p.guard, id, row);
+        ++runs;
+        previous_page = page;
+      }
+    }
+    // Every remaining cell gets the reserved dummy page 0, so no page id from an earlier round
+    // survives (padded rows read ceil((1 + d) / ps) pages while only one run is theirs).
+    for (std::int32_t c = runs; c < p.capacity; ++c) table_row[c] = 0;
+
+    if (p.layout_check_batch != nullptr && request < *p.layout_check_batch) {
+      for (std::int32_t j = 0; j < p.slots_read; ++j) {
+        const std::int64_t expected_offset = (last_page_len + j) % p.page_size;
+        if (slots[j] % p.page_size != expected_offset) {
+          // "expected" is the in-page offset the allocation of section 1 implies; "found" the
+          // slot's actual offset.
+          guard_record(p.guard, violation_kind::layout, id, row, j,
+                       static_cast<std::int32_t>(expected_offset), slots[j] % p.page_size);
+          return;
+        }
+      }
+      const std::int32_t expected_runs =
+          (last_page_len + p.decode_length + p.page_size - 1) / p.page_size;
+      if (runs != expected_runs) {
+        guard_record(p.guard, violation_kind::layout, id, row, runs, expected_runs, runs);
+      }
+    }
+  }
+};
+
+}  // namespace specgraph::kernels

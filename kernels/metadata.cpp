@@ -1,0 +1,230 @@
+// Host-side validation and launchers of the metadata kernels (metadata.hpp).
+#include "specgraph/metadata.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "builtin_kernels.hpp"
+#include "expand_page_table.hpp"
+#include "prefix_metadata.hpp"
+#include "sparse_indices.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/executor.hpp"
+
+namespace specgraph {
+namespace {
+
+std::string indexed(const char* name, std::int64_t i) {
+  return std::string(name) + "[" + std::to_string(i) + "]";
+}
+std::string indexed(const char* name, std::int64_t i, std::int64_t j) {
+  return indexed(name, i) + "[" + std::to_string(j) + "]";
+}
+
+void at_least(const std::string& field, std::int64_t value, std::int64_t minimum) {
+  SPECGRAPH_EXPECTS(value >= minimum, field,
+                    std::to_string(value) + " is below the minimum " + std::to_string(minimum));
+}
+void at_most(const std::string& field, std::int64_t value, std::int64_t maximum,
+             const std::string& limit_name) {
+  SPECGRAPH_EXPECTS(value <= maximum, field,
+                    std::to_string(value) + " exceeds " + limit_name + " " +
+                        std::to_string(maximum));
+}
+void in_range(const std::string& field, std::int64_t value, std::int64_t lo, std::int64_t hi,
+              const std::string& hi_name) {
+  SPECGRAPH_EXPECTS(value >= lo && value < hi, field,
+                    std::to_string(value) + " is outside [" + std::to_string(lo) + ", " +
+                        hi_name + " " + std::to_string(hi) + ")");
+}
+void not_null(const char* field, const void* p) {
+  SPECGRAPH_EXPECTS(p != nullptr, field, "null pointer");
+}
+void rows_fit_int32(std::int64_t batch, std::int64_t topk) {
+  SPECGRAPH_EXPECTS(batch * topk <= std::numeric_limits<std::int32_t>::max(), "batch",
+                    "batch * topk = " + std::to_string(batch * topk) +
+                        " exceeds the int32 row limit");
+}
+
+}  // namespace
+
+const char* to_string(stage_kind k) noexcept {
+  switch (k) {
+    case stage_kind::intra: return "intra";
+    case stage_kind::succ: return "succ";
+    case stage_kind::inter: return "inter";
+  }
+  return "unknown";
+}
+
+std::int32_t stage_key_length(const sparse_stage& s) noexcept {
+  return kernels::sparse_stage_kernel::key_length(s);
+}
+
+// ---- expand -------------------------------------------------------------------------------
+void validate(const expand_params& p) {
+  at_least("page_size", p.page_size, 1);
+  at_least("topk", p.topk, 1);
+  at_least("batch", p.batch, 1);
+  at_least("decode_length", p.decode_length, 1);
+  at_least("cache_loc_stride", p.cache_loc_stride, 1);
+  at_least("slots_read", p.slots_read, 1);
+  at_most("slots_read", p.slots_read, p.cache_loc_stride, "the cache_loc row stride");
+  at_least("capacity", p.capacity, 1);
+  at_least("page_table_stride", p.page_table_stride, p.capacity);
+  at_least("slot_limit", p.slot_limit, 1);
+  rows_fit_int32(p.batch, p.topk);
+  not_null("cache_loc", p.cache_loc);
+  not_null("last_page_len", p.last_page_len);
+  not_null("page_table", p.page_table);
+  not_null("cache_seqlen", p.cache_seqlen);
+  not_null("guard", p.guard);
+}
+
+void validate_contents_host(const expand_params& p) {
+  validate(p);
+  for (std::int32_t r = 0; r < p.batch; ++r) {
+    in_range(indexed("last_page_len", r), p.last_page_len[r], 0, p.page_size, "page_size");
+  }
+  const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.topk;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    for (std::int32_t j = 0; j < p.slots_read; ++j) {
+      in_range(indexed("cache_loc", row, j), p.cache_loc[row * p.cache_loc_stride + j], 0,
+               p.slot_limit, "slot_limit");
+    }
+  }
+}
+
+void launch_expand_page_table(executor& ex, const expand_params& p) {
+  validate(p);
+  using K = kernels::expand_page_table_kernel;
+  ex.launch(make_kernel_launch<K>(p, K::rows(p), kernels::cuda_expand_page_table()));
+}
+
+void expand_page_table_host(const expand_params& p) {
+  validate_contents_host(p);
+  using K = kernels::expand_page_table_kernel;
+  host_run_rows<K>(&p, K::rows(p));
+}
+
+// ---- prefix -------------------------------------------------------------------------------
+void validate(const prefix_params& p) {
+  at_least("page_size", p.page_size, 1);
+  at_least("topk", p.topk, 1);
+  at_least("batch", p.batch, 1);
+  at_least("pool_rows", p.pool_rows, 1);
+  at_least("req_to_token_stride", p.req_to_token_stride, 1);
+  at_least("capacity", p.capacity, 1);
+  at_least("page_table_stride", p.page_table_stride, p.capacity);
+  at_least("slot_limit", p.slot_limit, 1);
+  rows_fit_int32(p.batch, p.topk);
+  not_null("req_to_token", p.req_to_token);
+  not_null("req_pool_index", p.req_pool_index);
+  not_null("seq_len", p.seq_len);
+  not_null("last_page_len", p.last_page_len);
+  not_null("prefix_seqlen", p.prefix_seqlen);
+  not_null("page_table", p.page_table);
+  not_null("cu_seqlens_q", p.cu_seqlens_q);
+  not_null("guard", p.guard);
+}
+
+void validate_contents_host(const prefix_params& p) {
+  validate(p);
+  for (std::int32_t r = 0; r < p.batch; ++r) {
+    in_range(indexed("req_pool_index", r), p.req_pool_index[r], 0, p.pool_rows, "pool_rows");
+    const std::int32_t seq_len = p.seq_len[r];
+    at_least(indexed("seq_len", r), seq_len, 0);
+    at_most(indexed("seq_len", r), seq_len, p.req_to_token_stride, "max_context_len");
+    const std::int32_t* tokens = p.req_to_token + p.req_pool_index[r] * p.req_to_token_stride;
+    for (std::int64_t pos = 0; pos + p.page_size <= seq_len; pos += p.page_size) {
+      in_range(indexed("req_to_token", p.req_pool_index[r], pos), tokens[pos], 0, p.slot_limit,
+               "slot_limit");
+    }
+  }
+}
+
+void launch_prefix_metadata(executor& ex, const prefix_params& p) {
+  validate(p);
+  using K = kernels::prefix_metadata_kernel;
+  ex.launch(make_kernel_launch<K>(p, K::rows(p), kernels::cuda_prefix_metadata()));
+}
+
+void prefix_metadata_host(const prefix_params& p) {
+  validate_contents_host(p);
+  using K = kernels::prefix_metadata_kernel;
+  host_run_rows<K>(&p, K::rows(p));
+}
+
+// ---- sparse -------------------------------------------------------------------------------
+void validate(const sparse_stage_params& p) {
+  at_least("heads", p.heads, 1);
+  at_least("vertical_stride", p.vertical_stride, 0);
+  at_least("slash_stride", p.slash_stride, 0);
+  at_least("vertical_capacity", p.vertical_capacity, 1);
+  at_least("slash_capacity", p.slash_capacity, 1);
+  const sparse_stage& s = p.stage;
+  at_least("stage.chunk_len", s.chunk_len, 1);
+  at_least("stage.prev", s.prev, 0);
+  at_least("stage.end", s.end, static_cast<std::int64_t>(s.prev) + 1);
+  at_least("stage.chunk_q_len", s.chunk_q_len, 1);
+  at_most("stage.chunk_q_len", s.chunk_q_len, s.end - s.prev, "the chunk length end - prev");
+  if (s.kind == stage_kind::succ) {
+    at_least("stage.prev", s.prev, s.chunk_len);  // prev - chunk_len >= 0
+  } else if (s.kind == stage_kind::inter) {
+    at_least("stage.prev", s.prev, 2LL * s.chunk_len);  // prev - 2 * chunk_len >= 0
+  } else {
+    SPECGRAPH_EXPECTS(s.kind == stage_kind::intra, "stage.kind",
+                      std::to_string(static_cast<int>(s.kind)) + " is not intra, succ or inter");
+  }
+  not_null("vertical", p.vertical);
+  not_null("vertical_count", p.vertical_count);
+  not_null("slash", p.slash);
+  not_null("slash_count", p.slash_count);
+  not_null("out_vertical", p.out_vertical);
+  not_null("out_vertical_count", p.out_vertical_count);
+  not_null("out_slash", p.out_slash);
+  not_null("out_slash_count", p.out_slash_count);
+  not_null("guard", p.guard);
+}
+
+void validate_contents_host(const sparse_stage_params& p) {
+  validate(p);
+  for (std::int32_t h = 0; h < p.heads; ++h) {
+    const std::int32_t v = p.vertical_count[h];
+    const std::int32_t s = p.slash_count[h];
+    at_least(indexed("vertical_count", h), v, 0);
+    at_most(indexed("vertical_count", h), v, p.vertical_stride, "vertical_stride");
+    at_least(indexed("slash_count", h), s, 0);
+    at_most(indexed("slash_count", h), s, p.slash_stride, "slash_stride");
+    for (std::int32_t i = 0; i < v; ++i) {
+      at_least(indexed("vertical", h, i), p.vertical[static_cast<std::int64_t>(h) * p.vertical_stride + i], 0);
+    }
+    for (std::int32_t i = 0; i < s; ++i) {
+      at_least(indexed("slash", h, i), p.slash[static_cast<std::int64_t>(h) * p.slash_stride + i], 0);
+    }
+  }
+}
+
+void launch_sparse_stage(executor& ex, const sparse_stage_params& p) {
+  validate(p);
+  using K = kernels::sparse_stage_kernel;
+  ex.launch(make_kernel_launch<K>(p, K::rows(p), kernels::cuda_sparse_stage()));
+}
+
+void sparse_stage_host(const sparse_stage_params& p) {
+  validate_contents_host(p);
+  using K = kernels::sparse_stage_kernel;
+  host_run_rows<K>(&p, K::rows(p));
+}
+
+std::int32_t sparse_fallback_host(std::int32_t seq_len, std::int32_t max_count, std::int32_t* out,
+                                  std::int32_t capacity, guard_word* guard) {
+  at_least("seq_len", seq_len, 0);
+  at_least("max_count", max_count, 0);
+  at_least("capacity", capacity, 1);
+  not_null("out", out);
+  return kernels::sparse_fallback(seq_len, max_count, out, capacity, guard, 0);
+}
+
+}  // namespace specgraph

@@ -1,0 +1,142 @@
+// Per-head code of the sparse vertical/slash stage staging and its capacity-capped fallback
+// (draft-metadata.md section 6). Host+device.
+#pragma once
+
+#include <cstdint>
+
+#include "guard_ops.hpp"
+#include "specgraph/metadata.hpp"
+
+namespace specgraph::kernels {
+
+inline constexpr std::int32_t vertical_sentinel = 0x7fffffff;          // INT32_MAX
+inline constexpr std::int32_t slash_sentinel = -0x7fffffff - 1;        // INT32_MIN
+
+// Evenly spaced indices for an empty selection. At most min(max_count, seq_len) indices, and
+// never more than `capacity` stored: the bug this prevents wrote five indices into four slots.
+SPECGRAPH_HD std::int32_t sparse_fallback(std::int32_t seq_len, std::int32_t max_count,
+                                          std::int32_t* out, std::int32_t capacity,
+                                          guard_word* g, std::int32_t row) {
+  const std::int32_t count = max_count < seq_len ? max_count : seq_len;
+  if (count <= 0) return 0;
+  std::int32_t step = (seq_len + count - 1) / count;
+  if (step < 1) step = 1;
+  std::int32_t written = 0;
+  for (std::int32_t i = 0; i < count; ++i) {
+    const std::int64_t index = static_cast<std::int64_t>(i) * step;
+    if (index >= seq_len) break;
+    if (written < capacity) {
+      out[written++] = static_cast<std::int32_t>(index);
+    } else {
+      guard_record(g, violation_kind::capacity, kernel_id::sparse_fallback, row, i, capacity,
+                   index);
+      break;
+    }
+  }
+  return written;
+}
+
+struct sparse_stage_kernel {
+  using params = sparse_stage_params;
+  static constexpr const char* name = "sparse_stage";
+  static constexpr kernel_id id = kernel_id::sparse_stage;
+
+  static std::int64_t rows(const params& p) { return p.heads; }
+
+  // Maps one vertical index into the stage, or returns false when it is not selected.
+  SPECGRAPH_HD static bool map_vertical(const sparse_stage& s, std::int32_t v, std::int32_t* out) {
+    switch (s.kind) {
+      case stage_kind::intra:
+        if (v >= s.prev) { *out = v - s.prev; return true; }
+        return false;
+      case stage_kind::succ:
+        if (v >= s.prev - s.chunk_len && v < s.prev) { *out = v - (s.prev - s.chunk_len); return true; }
+        return false;
+      case stage_kind::inter:
+        if (v < s.prev - s.chunk_len) { *out = v; return true; }
+        return false;
+    }
+    return false;
+  }
+
+  SPECGRAPH_HD static bool map_slash(const sparse_stage& s, std::int32_t x, std::int32_t* out) {
+    switch (s.kind) {
+      case stage_kind::intra:
+        if (x >= s.prev) { *out = (s.end - 1) - x; return true; }
+        return false;
+      case stage_kind::succ:
+        if (x >= s.prev - s.chunk_len && x < s.prev + s.chunk_q_len) {
+          *out = (s.prev + s.chunk_q_len - 1) - x;
+          return true;
+        }
+        return false;
+      case stage_kind::inter:
+        if (x < s.prev - s.chunk_len + s.chunk_q_len) {
+          *out = (s.prev - s.chunk_len + s.chunk_q_len - 1) - x;
+          return true;
+        }
+        return false;
+    }
+    return false;
+  }
+
+  SPECGRAPH_HD static std::int32_t key_length(const sparse_stage& s) {
+    switch (s.kind) {
+      case stage_kind::intra: return s.end - s.prev;
+      case stage_kind::succ: return s.chunk_len;
+      case stage_kind::inter: return s.prev - s.chunk_len;
+    }
+    return 0;
+  }
+
+  // Selects (in input order) and maps one head's indices into `out`, then falls back when the
+  // selection is empty. Unused entries get the sentinel. Returns the number of valid entries.
+  template <bool Vertical>
+  SPECGRAPH_HD static std::int32_t stage_one(const params& p, std::int32_t head,
+                                             const std::int32_t* in, std::int32_t in_count,
+                                             std::int32_t* out, std::int32_t capacity,
+                                             std::int32_t sentinel) {
+    std::int32_t written = 0;
+    for (std::int32_t i = 0; i < in_count; ++i) {
+      std::int32_t mapped = 0;
+      const bool selected = Vertical ? map_vertical(p.stage, in[i], &mapped)
+                                     : map_slash(p.stage, in[i], &mapped);
+      if (!selected) continue;
+      if (written < capacity) {
+        out[written++] = mapped;
+      } else {
+        guard_record(p.guard, violation_kind::capacity, id, head, written, capacity, mapped);
+      }
+    }
+    const std::int32_t keys = key_length(p.stage);
+    if (written == 0) {
+      // The head's (clamped) size caps the fallback; the intra slash slot falls back too.
+      const std::int32_t max_count = in_count < p.stage.end ? in_count : p.stage.end;
+      written = sparse_fallback(keys, max_count, out, capacity, p.guard, head);
+    }
+    for (std::int32_t c = written; c < capacity; ++c) out[c] = sentinel;
+    return written;
+  }
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
+    const auto h = static_cast<std::int32_t>(row64);
+    const std::int32_t vcount = p.vertical_count[h];
+    const std::int32_t scount = p.slash_count[h];
+    if (vcount < 0 || vcount > p.vertical_stride) {
+      guard_record(p.guard, violation_kind::bad_input, id, h, -1, p.vertical_stride, vcount);
+      return;
+    }
+    if (scount < 0 || scount > p.slash_stride) {
+      guard_record(p.guard, violation_kind::bad_input, id, h, -1, p.slash_stride, scount);
+      return;
+    }
+    p.out_vertical_count[h] = stage_one<true>(
+        p, h, p.vertical + row64 * p.vertical_stride, vcount,
+        p.out_vertical + row64 * p.vertical_capacity, p.vertical_capacity, vertical_sentinel);
+    p.out_slash_count[h] = stage_one<false>(
+        p, h, p.slash + row64 * p.slash_stride, scount, p.out_slash + row64 * p.slash_capacity,
+        p.slash_capacity, slash_sentinel);
+  }
+};
+
+}  // namespace specgraph::kernels

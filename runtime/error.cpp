@@ -1,0 +1,71 @@
+#include <sstream>
+#include <string>
+
+#include "specgraph/error.hpp"
+#include "specgraph/guard.hpp"
+
+namespace specgraph {
+namespace detail {
+
+std::string where(const char* file, int line) {
+  std::string f(file);
+  // Keep messages short and stable: the path relative to the source tree's top folders.
+  for (const char* top : {"include/", "kernels/", "runtime/", "graphs/", "tools/"}) {
+    const auto pos = f.rfind(top);
+    if (pos != std::string::npos) {
+      f = f.substr(pos);
+      break;
+    }
+  }
+  return f + ":" + std::to_string(line);
+}
+
+void throw_invalid(const char* file, int line, const std::string& field, const std::string& what) {
+  throw invalid_argument(field, field + ": " + what + " [" + where(file, line) + "]");
+}
+
+}  // namespace detail
+
+const char* to_string(kernel_id k) noexcept {
+  switch (k) {
+    case kernel_id::none: return "none";
+    case kernel_id::expand_page_table: return "expand_page_table";
+    case kernel_id::prefix_metadata: return "prefix_metadata";
+    case kernel_id::sparse_fallback: return "sparse_fallback";
+    case kernel_id::sparse_stage: return "sparse_stage";
+  }
+  return "unknown";
+}
+
+const char* to_string(violation_kind k) noexcept {
+  switch (k) {
+    case violation_kind::none: return "none";
+    case violation_kind::capacity: return "capacity";
+    case violation_kind::layout: return "layout";
+    case violation_kind::bad_input: return "bad input";
+  }
+  return "unknown";
+}
+
+std::string describe(const guard_word& g) {
+  if (g.violations == 0) return "no violation";
+  std::ostringstream s;
+  const auto kind = static_cast<violation_kind>(g.kind);
+  s << to_string(kind) << " violation in " << to_string(static_cast<kernel_id>(g.kernel))
+    << ": row " << g.row << ", column " << g.column;
+  switch (kind) {
+    case violation_kind::capacity:
+      s << ", capacity " << g.capacity << ", value " << g.value;
+      break;
+    case violation_kind::layout:
+      s << ", expected " << g.capacity << ", found " << g.value;
+      break;
+    default:
+      s << ", value " << g.value << ", limit " << g.capacity;
+      break;
+  }
+  s << " (" << g.violations << " in total)";
+  return s.str();
+}
+
+}  // namespace specgraph

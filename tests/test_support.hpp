@@ -1,0 +1,82 @@
+// Shared test helpers: the executor-parameterised fixture, random seeds, device vectors.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specgraph/executor.hpp"
+
+namespace specgraph::testing {
+
+// A fresh seed per run unless SPECGRAPH_SEED pins one; tests print it on failure (SCOPED_TRACE).
+inline std::uint64_t test_seed() {
+  if (const char* s = std::getenv("SPECGRAPH_SEED")) return std::strtoull(s, nullptr, 10);
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
+inline int property_cases(int default_cases) {
+  if (const char* s = std::getenv("SPECGRAPH_PROPERTY_CASES")) return std::atoi(s);
+  return default_cases;
+}
+
+inline bool gpu_required() {
+  const char* v = std::getenv("REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Parameterised over executor names. cuda instances skip visibly (GTEST_SKIP) where no device
+// exists; REQUIRE_GPU=1 turns that skip into a failure.
+class ExecutorTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "cuda" && !cuda_available()) {
+      if (gpu_required()) {
+        FAIL() << "REQUIRE_GPU=1 but no usable CUDA device: " << cuda_unavailable_reason();
+      }
+      GTEST_SKIP() << "no usable CUDA device (" << cuda_unavailable_reason() << ")";
+    }
+    ex = make_executor(GetParam());
+  }
+  std::unique_ptr<executor> ex;
+};
+
+inline std::string executor_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+
+#define SPECGRAPH_INSTANTIATE_EXECUTORS(suite)                                        \
+  INSTANTIATE_TEST_SUITE_P(Executors, suite, ::testing::Values("host", "cuda"), \
+                           ::specgraph::testing::executor_name)
+
+// A typed buffer in executor memory with host upload/download.
+template <class T>
+class dvec {
+ public:
+  dvec(executor& ex, const std::vector<T>& host) : ex_(&ex), n_(host.size()),
+        buf_(ex, std::max<std::size_t>(1, host.size()) * sizeof(T)) {
+    if (n_ > 0) ex.copy_to_device(buf_.data(), host.data(), n_ * sizeof(T));
+  }
+  dvec(executor& ex, std::size_t n, T fill) : dvec(ex, std::vector<T>(n, fill)) {}
+  T* data() const { return buf_.as<T>(); }
+  std::size_t size() const { return n_; }
+  std::vector<T> download() const {
+    std::vector<T> out(n_);
+    if (n_ > 0) ex_->copy_to_host(out.data(), buf_.data(), n_ * sizeof(T));
+    return out;
+  }
+
+ private:
+  executor* ex_;
+  std::size_t n_;
+  device_buffer buf_;
+};
+
+}  // namespace specgraph::testing
