@@ -1,6 +1,7 @@
 // Host-side validation and launchers of the metadata kernels (metadata.hpp).
 #include "specgraph/metadata.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -60,6 +61,39 @@ const char* to_string(stage_kind k) noexcept {
 
 std::int32_t stage_key_length(const sparse_stage& s) noexcept {
   return kernels::sparse_stage_kernel::key_length(s);
+}
+
+std::vector<sparse_stage> sparse_stages(std::int32_t seq_len, std::int32_t chunk_len) {
+  at_least("seq_len", seq_len, 1);
+  at_least("chunk_len", chunk_len, 1);
+  std::vector<sparse_stage> stages;
+  for (std::int32_t prev = 0; prev < seq_len; prev += chunk_len) {
+    sparse_stage s;
+    s.prev = prev;
+    s.end = std::min(prev + chunk_len, seq_len);
+    s.chunk_len = chunk_len;
+    s.chunk_q_len = s.end - prev;
+    s.kind = stage_kind::intra;
+    stages.push_back(s);
+    if (prev - chunk_len >= 0) {
+      s.kind = stage_kind::succ;
+      stages.push_back(s);
+    }
+    if (prev - 2 * chunk_len >= 0) {
+      s.kind = stage_kind::inter;
+      stages.push_back(s);
+    }
+  }
+  return stages;
+}
+
+std::int32_t sparse_capacity(const std::vector<std::int32_t>& sizes, std::int32_t keys) {
+  std::int32_t cap = 0;
+  for (std::size_t h = 0; h < sizes.size(); ++h) {
+    at_least(indexed("sizes", static_cast<std::int64_t>(h)), sizes[h], 0);
+    cap = std::max(cap, std::min(sizes[h], keys));
+  }
+  return std::max(cap, 1);  // a buffer of at least one entry, so capacity is never 0
 }
 
 // ---- expand -------------------------------------------------------------------------------
@@ -179,6 +213,8 @@ void validate(const sparse_stage_params& p) {
   }
   not_null("vertical", p.vertical);
   not_null("vertical_count", p.vertical_count);
+  not_null("vertical_size", p.vertical_size);
+  not_null("slash_size", p.slash_size);
   not_null("slash", p.slash);
   not_null("slash_count", p.slash_count);
   not_null("out_vertical", p.out_vertical);
@@ -197,6 +233,8 @@ void validate_contents_host(const sparse_stage_params& p) {
     at_most(indexed("vertical_count", h), v, p.vertical_stride, "vertical_stride");
     at_least(indexed("slash_count", h), s, 0);
     at_most(indexed("slash_count", h), s, p.slash_stride, "slash_stride");
+    at_least(indexed("vertical_size", h), p.vertical_size[h], 0);
+    at_least(indexed("slash_size", h), p.slash_size[h], 0);
     for (std::int32_t i = 0; i < v; ++i) {
       at_least(indexed("vertical", h, i), p.vertical[static_cast<std::int64_t>(h) * p.vertical_stride + i], 0);
     }

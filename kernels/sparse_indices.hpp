@@ -94,8 +94,8 @@ struct sparse_stage_kernel {
   template <bool Vertical>
   SPECGRAPH_HD static std::int32_t stage_one(const params& p, std::int32_t head,
                                              const std::int32_t* in, std::int32_t in_count,
-                                             std::int32_t* out, std::int32_t capacity,
-                                             std::int32_t sentinel) {
+                                             std::int32_t size, std::int32_t* out,
+                                             std::int32_t capacity, std::int32_t sentinel) {
     std::int32_t written = 0;
     for (std::int32_t i = 0; i < in_count; ++i) {
       std::int32_t mapped = 0;
@@ -111,7 +111,7 @@ struct sparse_stage_kernel {
     const std::int32_t keys = key_length(p.stage);
     if (written == 0) {
       // The head's (clamped) size caps the fallback; the intra slash slot falls back too.
-      const std::int32_t max_count = in_count < p.stage.end ? in_count : p.stage.end;
+      const std::int32_t max_count = size < p.stage.end ? size : p.stage.end;
       written = sparse_fallback(keys, max_count, out, capacity, p.guard, head);
     }
     for (std::int32_t c = written; c < capacity; ++c) out[c] = sentinel;
@@ -130,12 +130,18 @@ struct sparse_stage_kernel {
       guard_record(p.guard, violation_kind::bad_input, id, h, -1, p.slash_stride, scount);
       return;
     }
+    const std::int32_t vsize = p.vertical_size[h];
+    const std::int32_t ssize = p.slash_size[h];
+    if (vsize < 0 || ssize < 0) {
+      guard_record(p.guard, violation_kind::bad_input, id, h, -1, 0, vsize < 0 ? vsize : ssize);
+      return;
+    }
     p.out_vertical_count[h] = stage_one<true>(
-        p, h, p.vertical + row64 * p.vertical_stride, vcount,
+        p, h, p.vertical + row64 * p.vertical_stride, vcount, vsize,
         p.out_vertical + row64 * p.vertical_capacity, p.vertical_capacity, vertical_sentinel);
     p.out_slash_count[h] = stage_one<false>(
-        p, h, p.slash + row64 * p.slash_stride, scount, p.out_slash + row64 * p.slash_capacity,
-        p.slash_capacity, slash_sentinel);
+        p, h, p.slash + row64 * p.slash_stride, scount, ssize,
+        p.out_slash + row64 * p.slash_capacity, p.slash_capacity, slash_sentinel);
   }
 };
 

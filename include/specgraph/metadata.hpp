@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "specgraph/guard.hpp"
 
@@ -83,13 +84,25 @@ struct sparse_stage {
 // Key length of a stage: intra end - prev, succ chunk_len, inter prev - chunk_len.
 std::int32_t stage_key_length(const sparse_stage& s) noexcept;
 
+// The stages of a sequence split into chunks of `chunk_len` (= chunk_size - local_size): for
+// every chunk start prev = 0, chunk_len, ... < seq_len, with end = min(prev + chunk_len, seq_len)
+// and chunk_q_len = end - prev: intra always, succ when prev - chunk_len >= 0, inter when
+// prev - 2 * chunk_len >= 0. Throws invalid_argument for seq_len < 1 or chunk_len < 1.
+std::vector<sparse_stage> sparse_stages(std::int32_t seq_len, std::int32_t chunk_len);
+
+// Capacity of a stage's per-head buffer: the largest per-head size, clamped to the keys seen
+// (`keys`, the stage's end). `sizes` holds each head's vertical (or slash) size.
+std::int32_t sparse_capacity(const std::vector<std::int32_t>& sizes, std::int32_t keys);
+
 struct sparse_stage_params {
   const std::int32_t* vertical = nullptr;        // [heads][vertical_stride], input order kept
   std::int32_t vertical_stride = 0;
-  const std::int32_t* vertical_count = nullptr;  // [heads] the head's vertical size
+  const std::int32_t* vertical_count = nullptr;  // [heads] entries of each head's selection
+  const std::int32_t* vertical_size = nullptr;   // [heads] configured vertical size (fallback cap)
   const std::int32_t* slash = nullptr;           // [heads][slash_stride]
   std::int32_t slash_stride = 0;
-  const std::int32_t* slash_count = nullptr;     // [heads] the head's slash size
+  const std::int32_t* slash_count = nullptr;     // [heads]
+  const std::int32_t* slash_size = nullptr;      // [heads] configured slash size (fallback cap)
   std::int32_t heads = 0;
   sparse_stage stage;
   std::int32_t* out_vertical = nullptr;        // [heads][vertical_capacity], INT32_MAX when unused

@@ -1,0 +1,383 @@
+// Sparse vertical/slash staging and the capacity-capped fallback (draft-metadata.md section 6).
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "specgraph/error.hpp"
+#include "specgraph/metadata.hpp"
+#include "test_support.hpp"
+
+namespace specgraph::testing {
+namespace {
+
+// ---- fallback ---------------------------------------------------------------------------
+std::vector<std::int32_t> fallback(std::int32_t seq_len, std::int32_t max_count, std::int32_t cap) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(cap), -1);
+  guard_word g{};
+  const std::int32_t n = sparse_fallback_host(seq_len, max_count, out.data(), cap, &g);
+  EXPECT_EQ(g.violations, 0);
+  for (std::size_t i = static_cast<std::size_t>(n); i < out.size(); ++i) {
+    EXPECT_EQ(out[i], -1) << "fallback wrote past its count";
+  }
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+TEST(SparseFallback, SpecExamples) {
+  using v = std::vector<std::int32_t>;
+  EXPECT_EQ(fallback(48, 4, 4), (v{0, 12, 24, 36}));
+  EXPECT_EQ(fallback(32, 4, 4), (v{0, 8, 16, 24}));
+  EXPECT_EQ(fallback(10, 4, 4), (v{0, 3, 6, 9}));
+  EXPECT_EQ(fallback(3, 4, 4), (v{0, 1, 2}));
+  EXPECT_EQ(fallback(10, 6, 6), (v{0, 2, 4, 6, 8}));
+  EXPECT_EQ(fallback(7, 3, 3), (v{0, 3, 6}));
+  EXPECT_EQ(fallback(0, 4, 4), v{});
+  EXPECT_EQ(fallback(5, 0, 4), v{});
+}
+
+// The bug that failed: more indices than the buffer holds. Capped at capacity and recorded.
+TEST(SparseFallback, NeverWritesPastCapacity) {
+  std::vector<std::int32_t> out(6, -1);
+  guard_word g{};
+  const std::int32_t n = sparse_fallback_host(50, 5, out.data(), 4, &g);
+  EXPECT_EQ(n, 4);
+  EXPECT_EQ(out, (std::vector<std::int32_t>{0, 10, 20, 30, -1, -1}));
+  ASSERT_EQ(g.violations, 1);
+  EXPECT_EQ(static_cast<violation_kind>(g.kind), violation_kind::capacity);
+  EXPECT_EQ(g.column, 4);
+  EXPECT_EQ(g.capacity, 4);
+  EXPECT_EQ(g.value, 40);
+}
+
+TEST(SparseFallback, RejectsBadArgumentsByName) {
+  std::int32_t out[4];
+  try {
+    sparse_fallback_host(10, 4, out, 0, nullptr);
+    FAIL();
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(e.field(), "capacity");
+  }
+  EXPECT_THROW(sparse_fallback_host(-1, 4, out, 4, nullptr), invalid_argument);
+  EXPECT_THROW(sparse_fallback_host(10, -4, out, 4, nullptr), invalid_argument);
+}
+
+// Independent reference of one stage for one head: the spec's conditions written out.
+struct staged {
+  std::vector<std::int32_t> vertical, slash;
+};
+
+std::vector<std::int32_t> reference_fallback(std::int32_t seq_len, std::int32_t max_count) {
+  std::vector<std::int32_t> out;
+  const std::int32_t count = std::min(max_count, seq_len);
+  if (count <= 0) return out;
+  const std::int32_t step = std::max(1, static_cast<std::int32_t>((seq_len + count - 1) / count));
+  for (std::int32_t x = 0; x < seq_len && static_cast<std::int32_t>(out.size()) < count; x += step) {
+    out.push_back(x);
+  }
+  return out;
+}
+
+staged reference_stage(const sparse_stage& s, const std::vector<std::int32_t>& vertical,
+                       const std::vector<std::int32_t>& slash, std::int32_t vsize,
+                       std::int32_t ssize) {
+  staged out;
+  const std::int32_t prev = s.prev, cl = s.chunk_len, q = s.chunk_q_len, K = s.end;
+  for (std::int32_t v : vertical) {
+    if (s.kind == stage_kind::intra && v >= prev) out.vertical.push_back(v - prev);
+    if (s.kind == stage_kind::succ && prev - cl <= v && v < prev) out.vertical.push_back(v - (prev - cl));
+    if (s.kind == stage_kind::inter && v < prev - cl) out.vertical.push_back(v);
+  }
+  for (std::int32_t x : slash) {
+    if (s.kind == stage_kind::intra && x >= prev) out.slash.push_back((K - 1) - x);
+    if (s.kind == stage_kind::succ && prev - cl <= x && x < prev + q) out.slash.push_back((prev + q - 1) - x);
+    if (s.kind == stage_kind::inter && x < prev - cl + q) out.slash.push_back((prev - cl + q - 1) - x);
+  }
+  const std::int32_t key_len = s.kind == stage_kind::intra ? K - prev
+                               : s.kind == stage_kind::succ ? cl
+                                                            : prev - cl;
+  if (out.vertical.empty()) {
+    out.vertical = reference_fallback(key_len, std::min(vsize, K));
+  }
+  if (out.slash.empty()) {
+    out.slash = reference_fallback(key_len, std::min(ssize, K));
+  }
+  return out;
+}
+
+struct stage_run {
+  std::vector<std::int32_t> vertical, vertical_count, slash, slash_count;
+  guard_word guard{};
+};
+
+stage_run run_stage(executor& ex, const sparse_stage& s,
+                    const std::vector<std::vector<std::int32_t>>& vertical,
+                    const std::vector<std::vector<std::int32_t>>& slash,
+                    const std::vector<std::int32_t>& vsizes,
+                    const std::vector<std::int32_t>& ssizes, std::int32_t vcap,
+                    std::int32_t scap) {
+  const auto heads = static_cast<std::int32_t>(vertical.size());
+  std::int32_t vstride = 0, sstride = 0;
+  for (const auto& v : vertical) vstride = std::max(vstride, static_cast<std::int32_t>(v.size()));
+  for (const auto& x : slash) sstride = std::max(sstride, static_cast<std::int32_t>(x.size()));
+  std::vector<std::int32_t> vflat(static_cast<std::size_t>(heads * vstride), -1),
+      sflat(static_cast<std::size_t>(heads * sstride), -1), vcount, scount;
+  for (std::int32_t h = 0; h < heads; ++h) {
+    std::copy(vertical[h].begin(), vertical[h].end(), vflat.begin() + h * vstride);
+    std::copy(slash[h].begin(), slash[h].end(), sflat.begin() + h * sstride);
+    vcount.push_back(static_cast<std::int32_t>(vertical[h].size()));
+    scount.push_back(static_cast<std::int32_t>(slash[h].size()));
+  }
+  dvec<std::int32_t> dv(ex, vflat), ds(ex, sflat), dvc(ex, vcount), dsc(ex, scount),
+      dvs(ex, vsizes), dss(ex, ssizes);
+  // One extra head's worth of poison after each output: nothing may spill into it.
+  dvec<std::int32_t> ov(ex, static_cast<std::size_t>((heads + 1) * vcap), -5),
+      os(ex, static_cast<std::size_t>((heads + 1) * scap), -5),
+      ovc(ex, static_cast<std::size_t>(heads), -5), osc(ex, static_cast<std::size_t>(heads), -5);
+  dvec<guard_word> guard(ex, 1, guard_word{});
+  sparse_stage_params p;
+  p.vertical = dv.data();
+  p.vertical_stride = vstride;
+  p.vertical_count = dvc.data();
+  p.vertical_size = dvs.data();
+  p.slash = ds.data();
+  p.slash_stride = sstride;
+  p.slash_count = dsc.data();
+  p.slash_size = dss.data();
+  p.heads = heads;
+  p.stage = s;
+  p.out_vertical = ov.data();
+  p.vertical_capacity = vcap;
+  p.out_vertical_count = ovc.data();
+  p.out_slash = os.data();
+  p.slash_capacity = scap;
+  p.out_slash_count = osc.data();
+  p.guard = guard.data();
+  launch_sparse_stage(ex, p);
+  ex.synchronize();
+  return {ov.download(), ovc.download(), os.download(), osc.download(), guard.download()[0]};
+}
+
+// Checks one head's buffer: the expected entries, then sentinels up to capacity; the spill
+// region after the last head stays poison.
+void expect_head(const std::vector<std::int32_t>& buffer, std::int32_t head, std::int32_t cap,
+                 const std::vector<std::int32_t>& want, std::int32_t count, std::int32_t sentinel) {
+  ASSERT_EQ(count, static_cast<std::int32_t>(want.size())) << "head " << head;
+  for (std::int32_t c = 0; c < cap; ++c) {
+    const std::int32_t got = buffer[static_cast<std::size_t>(head * cap + c)];
+    if (c < count) {
+      ASSERT_EQ(got, want[static_cast<std::size_t>(c)]) << "head " << head << " entry " << c;
+    } else {
+      ASSERT_EQ(got, sentinel) << "head " << head << " entry " << c;
+    }
+  }
+}
+
+class SparseStage : public ExecutorTest {};
+
+TEST(SparseStages, SubWindowConfigurationHasTheSpecStages) {
+  const auto stages = sparse_stages(128, 64 - 16);
+  ASSERT_EQ(stages.size(), 6u);
+  EXPECT_EQ(stages[0].prev, 0);
+  EXPECT_EQ(stages[0].end, 48);
+  EXPECT_EQ(stages[1].prev, 48);
+  EXPECT_EQ(stages[1].kind, stage_kind::intra);
+  EXPECT_EQ(stages[2].kind, stage_kind::succ);
+  EXPECT_EQ(stages[2].end, 96);
+  EXPECT_EQ(stages[5].prev, 96);
+  EXPECT_EQ(stages[5].kind, stage_kind::inter);
+  EXPECT_EQ(stages[5].end, 128);
+  EXPECT_EQ(stages[5].chunk_q_len, 32);
+  EXPECT_EQ(stage_key_length(stages[3]), 32);  // intra at 96: end - prev
+  EXPECT_EQ(stage_key_length(stages[4]), 48);  // succ: chunk_len
+  EXPECT_EQ(stage_key_length(stages[5]), 48);  // inter: prev - chunk_len
+}
+
+// chunk_size 64, local_size 16, 4 heads, vertical and slash sizes 4, sequence 128. No stage
+// buffer ever holds more than 4 entries; empty selections get exactly the fallback indices,
+// the intra slash slot included.
+TEST_P(SparseStage, SubWindowConfigurationStaysWithinFourEntries) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::vector<std::int32_t>> vertical(4), slash(4);
+    for (int h = 0; h < 4; ++h) {
+      // Head 0: indices only in the last chunk, so succ/inter selections are empty;
+      // head 1: nothing selected at all (every slot falls back); heads 2-3: random.
+      std::vector<std::int32_t> pool(128);
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng);
+      if (h == 0) {
+        vertical[h] = {100, 127, 96, 110};
+        slash[h] = {120, 101, 99, 127};
+      } else if (h == 1) {
+        vertical[h] = {};
+        slash[h] = {};
+      } else {
+        vertical[h].assign(pool.begin(), pool.begin() + 4);
+        slash[h].assign(pool.begin() + 4, pool.begin() + 8);
+      }
+    }
+    std::vector<std::int32_t> sizes{4, 4, 4, 4};
+    for (const sparse_stage& s : sparse_stages(128, 48)) {
+      // Real per-chunk selections never exceed the keys seen: keep inputs below the stage end.
+      std::vector<std::vector<std::int32_t>> v = vertical, x = slash;
+      for (auto* lists : {&v, &x}) {
+        for (auto& l : *lists) l.erase(std::remove_if(l.begin(), l.end(), [&](std::int32_t i) { return i >= s.end; }), l.end());
+      }
+      const std::int32_t vcap = sparse_capacity(sizes, s.end), scap = sparse_capacity(sizes, s.end);
+      ASSERT_EQ(vcap, 4);
+      const stage_run run = run_stage(*ex, s, v, x, sizes, sizes, vcap, scap);
+      ASSERT_EQ(run.guard.violations, 0) << describe(run.guard);
+      for (std::int32_t h = 0; h < 4; ++h) {
+        SCOPED_TRACE(std::string(to_string(s.kind)) + " stage at prev " + std::to_string(s.prev) +
+                     ", head " + std::to_string(h));
+        const staged want = reference_stage(s, v[static_cast<std::size_t>(h)], x[static_cast<std::size_t>(h)], 4, 4);
+        ASSERT_LE(run.vertical_count[static_cast<std::size_t>(h)], 4);
+        ASSERT_LE(run.slash_count[static_cast<std::size_t>(h)], 4);
+        expect_head(run.vertical, h, vcap, want.vertical, run.vertical_count[static_cast<std::size_t>(h)], INT32_MAX);
+        expect_head(run.slash, h, scap, want.slash, run.slash_count[static_cast<std::size_t>(h)], INT32_MIN);
+      }
+      // Head 1 has no selection anywhere: every slot of it, intra slash included, holds exactly
+      // the capacity-capped fallback for the stage's key length.
+      const std::vector<std::int32_t> expected_fallback = reference_fallback(stage_key_length(s), 4);
+      EXPECT_EQ(std::vector<std::int32_t>(run.vertical.begin() + vcap, run.vertical.begin() + vcap + run.vertical_count[1]), expected_fallback);
+      EXPECT_EQ(std::vector<std::int32_t>(run.slash.begin() + scap, run.slash.begin() + scap + run.slash_count[1]), expected_fallback);
+      EXPECT_EQ(run.vertical_count[1], static_cast<std::int32_t>(expected_fallback.size()));
+      // Spill region after the last head untouched.
+      for (std::int32_t c = 0; c < vcap; ++c) ASSERT_EQ(run.vertical[static_cast<std::size_t>(4 * vcap + c)], -5);
+      for (std::int32_t c = 0; c < scap; ++c) ASSERT_EQ(run.slash[static_cast<std::size_t>(4 * scap + c)], -5);
+    }
+  }
+}
+
+// An empty intra slash selection falls back (the slot that had no fallback at all).
+TEST_P(SparseStage, IntraSlashFallsBackWhenEmpty) {
+  sparse_stage s;
+  s.kind = stage_kind::intra;
+  s.prev = 48;
+  s.end = 96;
+  s.chunk_len = 48;
+  s.chunk_q_len = 48;
+  // Slash indices all before prev: nothing selected for intra.
+  const stage_run run = run_stage(*ex, s, {{50, 60, 70, 80}}, {{1, 2, 3, 4}}, {4}, {4}, 4, 4);
+  ASSERT_EQ(run.guard.violations, 0);
+  EXPECT_EQ(run.slash_count[0], 4);
+  EXPECT_EQ(std::vector<std::int32_t>(run.slash.begin(), run.slash.begin() + 4),
+            (std::vector<std::int32_t>{0, 12, 24, 36}));  // (48, 4)
+  EXPECT_EQ(std::vector<std::int32_t>(run.vertical.begin(), run.vertical.begin() + 4),
+            (std::vector<std::int32_t>{2, 12, 22, 32}));
+}
+
+TEST_P(SparseStage, RandomSelectionsMatchReference) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int cases = property_cases(10000);
+  for (int i = 0; i < cases; ++i) {
+    const auto heads = static_cast<std::int32_t>(1 + rng() % 8);
+    const auto chunk_len = static_cast<std::int32_t>(1 + rng() % 64);
+    const auto seq = static_cast<std::int32_t>(1 + rng() % 400);
+    const auto stages = sparse_stages(seq, chunk_len);
+    const sparse_stage s = stages[rng() % stages.size()];
+    std::vector<std::int32_t> vsizes, ssizes;
+    std::vector<std::vector<std::int32_t>> vertical, slash;
+    for (std::int32_t h = 0; h < heads; ++h) {
+      vsizes.push_back(static_cast<std::int32_t>(rng() % 9));
+      ssizes.push_back(static_cast<std::int32_t>(rng() % 9));
+      std::vector<std::int32_t> pool(static_cast<std::size_t>(s.end));
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng);
+      const auto nv = std::min<std::size_t>(static_cast<std::size_t>(vsizes.back()), pool.size());
+      vertical.emplace_back(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(nv));
+      std::shuffle(pool.begin(), pool.end(), rng);
+      const auto ns = std::min<std::size_t>(static_cast<std::size_t>(ssizes.back()), pool.size());
+      slash.emplace_back(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(ns));
+    }
+    const std::int32_t vcap = sparse_capacity(vsizes, s.end), scap = sparse_capacity(ssizes, s.end);
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + to_string(s.kind) + " prev " +
+                 std::to_string(s.prev) + " end " + std::to_string(s.end) + " chunk_len " +
+                 std::to_string(chunk_len));
+    const stage_run run = run_stage(*ex, s, vertical, slash, vsizes, ssizes, vcap, scap);
+    ASSERT_EQ(run.guard.violations, 0) << describe(run.guard);
+    for (std::int32_t h = 0; h < heads; ++h) {
+      const staged want = reference_stage(s, vertical[static_cast<std::size_t>(h)], slash[static_cast<std::size_t>(h)],
+                                          vsizes[static_cast<std::size_t>(h)], ssizes[static_cast<std::size_t>(h)]);
+      expect_head(run.vertical, h, vcap, want.vertical, run.vertical_count[static_cast<std::size_t>(h)], INT32_MAX);
+      expect_head(run.slash, h, scap, want.slash, run.slash_count[static_cast<std::size_t>(h)], INT32_MIN);
+      if (HasFatalFailure()) return;
+    }
+    for (std::int32_t c = 0; c < vcap; ++c) ASSERT_EQ(run.vertical[static_cast<std::size_t>(heads * vcap + c)], -5);
+    for (std::int32_t c = 0; c < scap; ++c) ASSERT_EQ(run.slash[static_cast<std::size_t>(heads * scap + c)], -5);
+  }
+}
+
+// More selected indices than the stage buffer holds: the surplus is refused and recorded.
+TEST_P(SparseStage, OverfullSelectionIsCappedAndRecorded) {
+  sparse_stage s;
+  s.kind = stage_kind::intra;
+  s.prev = 0;
+  s.end = 48;
+  s.chunk_len = 48;
+  s.chunk_q_len = 48;
+  const stage_run run = run_stage(*ex, s, {{1, 2, 3, 4, 5}}, {{0}}, {4}, {1}, 4, 1);
+  ASSERT_EQ(run.guard.violations, 1);
+  EXPECT_EQ(static_cast<kernel_id>(run.guard.kernel), kernel_id::sparse_stage);
+  EXPECT_EQ(run.guard.column, 4);
+  EXPECT_EQ(run.guard.capacity, 4);
+  EXPECT_EQ(run.guard.value, 5);
+  EXPECT_EQ(run.vertical_count[0], 4);
+  EXPECT_EQ(run.vertical[4], -5);  // the next head's (spill) region is untouched
+}
+
+SPECGRAPH_INSTANTIATE_EXECUTORS(SparseStage);
+
+TEST(SparseValidation, RejectsBadStagesByName) {
+  std::vector<std::int32_t> in{1}, count{1}, sizes{4}, out(4), out_count(1);
+  guard_word g{};
+  sparse_stage_params p;
+  p.vertical = in.data();
+  p.vertical_stride = 1;
+  p.vertical_count = count.data();
+  p.vertical_size = sizes.data();
+  p.slash = in.data();
+  p.slash_stride = 1;
+  p.slash_count = count.data();
+  p.slash_size = sizes.data();
+  p.heads = 1;
+  p.stage = {stage_kind::succ, 10, 20, 48, 10};  // succ needs prev - chunk_len >= 0
+  p.out_vertical = out.data();
+  p.vertical_capacity = 4;
+  p.out_vertical_count = out_count.data();
+  p.out_slash = out.data();
+  p.slash_capacity = 4;
+  p.out_slash_count = out_count.data();
+  p.guard = &g;
+  try {
+    sparse_stage_host(p);
+    FAIL();
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(e.field(), "stage.prev");
+    EXPECT_NE(std::string(e.what()).find("10 is below the minimum 48"), std::string::npos) << e.what();
+  }
+  p.stage = {stage_kind::intra, 0, 48, 48, 48};
+  p.vertical_capacity = 0;
+  EXPECT_THROW(sparse_stage_host(p), invalid_argument);
+  p.vertical_capacity = 4;
+  count[0] = 2;  // more than the stride holds
+  try {
+    sparse_stage_host(p);
+    FAIL();
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(e.field(), "vertical_count[0]");
+  }
+  EXPECT_EQ(out_count[0], 0);
+  EXPECT_EQ(g.violations, 0);
+}
+
+}  // namespace
+}  // namespace specgraph::testing
