@@ -3,8 +3,14 @@
 
 namespace specgraph::kernels {
 
-cuda_rows_fn cuda_expand_page_table() { return nullptr; }
-cuda_rows_fn cuda_prefix_metadata() { return nullptr; }
-cuda_rows_fn cuda_sparse_stage() { return nullptr; }
+cuda_rows_fn cuda_expand_page_table() {
+  return nullptr;
+}
+cuda_rows_fn cuda_prefix_metadata() {
+  return nullptr;
+}
+cuda_rows_fn cuda_sparse_stage() {
+  return nullptr;
+}
 
 }  // namespace specgraph::kernels

@@ -18,9 +18,7 @@ struct expand_page_table_kernel {
   static constexpr const char* name = "expand_page_table";
   static constexpr kernel_id id = kernel_id::expand_page_table;
 
-  static std::int64_t rows(const params& p) {
-    return static_cast<std::int64_t>(p.batch) * p.topk;
-  }
+  static std::int64_t rows(const params& p) { return static_cast<std::int64_t>(p.batch) * p.topk; }
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
     const auto row = static_cast<std::int32_t>(row64);

@@ -29,23 +29,23 @@ void at_least(const std::string& field, std::int64_t value, std::int64_t minimum
 }
 void at_most(const std::string& field, std::int64_t value, std::int64_t maximum,
              const std::string& limit_name) {
-  SPECGRAPH_EXPECTS(value <= maximum, field,
-                    std::to_string(value) + " exceeds " + limit_name + " " +
-                        std::to_string(maximum));
+  SPECGRAPH_EXPECTS(
+      value <= maximum, field,
+      std::to_string(value) + " exceeds " + limit_name + " " + std::to_string(maximum));
 }
 void in_range(const std::string& field, std::int64_t value, std::int64_t lo, std::int64_t hi,
               const std::string& hi_name) {
   SPECGRAPH_EXPECTS(value >= lo && value < hi, field,
-                    std::to_string(value) + " is outside [" + std::to_string(lo) + ", " +
-                        hi_name + " " + std::to_string(hi) + ")");
+                    std::to_string(value) + " is outside [" + std::to_string(lo) + ", " + hi_name +
+                        " " + std::to_string(hi) + ")");
 }
 void not_null(const char* field, const void* p) {
   SPECGRAPH_EXPECTS(p != nullptr, field, "null pointer");
 }
 void rows_fit_int32(std::int64_t batch, std::int64_t topk) {
-  SPECGRAPH_EXPECTS(batch * topk <= std::numeric_limits<std::int32_t>::max(), "batch",
-                    "batch * topk = " + std::to_string(batch * topk) +
-                        " exceeds the int32 row limit");
+  SPECGRAPH_EXPECTS(
+      batch * topk <= std::numeric_limits<std::int32_t>::max(), "batch",
+      "batch * topk = " + std::to_string(batch * topk) + " exceeds the int32 row limit");
 }
 
 }  // namespace
@@ -236,10 +236,12 @@ void validate_contents_host(const sparse_stage_params& p) {
     at_least(indexed("vertical_size", h), p.vertical_size[h], 0);
     at_least(indexed("slash_size", h), p.slash_size[h], 0);
     for (std::int32_t i = 0; i < v; ++i) {
-      at_least(indexed("vertical", h, i), p.vertical[static_cast<std::int64_t>(h) * p.vertical_stride + i], 0);
+      at_least(indexed("vertical", h, i),
+               p.vertical[static_cast<std::int64_t>(h) * p.vertical_stride + i], 0);
     }
     for (std::int32_t i = 0; i < s; ++i) {
-      at_least(indexed("slash", h, i), p.slash[static_cast<std::int64_t>(h) * p.slash_stride + i], 0);
+      at_least(indexed("slash", h, i), p.slash[static_cast<std::int64_t>(h) * p.slash_stride + i],
+               0);
     }
   }
 }

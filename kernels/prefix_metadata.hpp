@@ -40,8 +40,8 @@ struct prefix_metadata_kernel {
     const std::int32_t last_page_len = seq_len % p.page_size;
     const std::int32_t prefix_seqlen = seq_len - last_page_len;
     const std::int32_t prefix_pages = prefix_seqlen / p.page_size;
-    const std::int32_t* tokens = p.req_to_token + static_cast<std::int64_t>(pool_row) *
-                                                      p.req_to_token_stride;
+    const std::int32_t* tokens =
+        p.req_to_token + static_cast<std::int64_t>(pool_row) * p.req_to_token_stride;
     for (std::int32_t j = 0; j < prefix_pages; ++j) {
       const std::int32_t slot = tokens[static_cast<std::int64_t>(j) * p.page_size];
       if (slot < 0 || slot >= p.slot_limit) {

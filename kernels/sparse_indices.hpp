@@ -9,14 +9,14 @@
 
 namespace specgraph::kernels {
 
-inline constexpr std::int32_t vertical_sentinel = 0x7fffffff;          // INT32_MAX
-inline constexpr std::int32_t slash_sentinel = -0x7fffffff - 1;        // INT32_MIN
+inline constexpr std::int32_t vertical_sentinel = 0x7fffffff;    // INT32_MAX
+inline constexpr std::int32_t slash_sentinel = -0x7fffffff - 1;  // INT32_MIN
 
 // Evenly spaced indices for an empty selection. At most min(max_count, seq_len) indices, and
 // never more than `capacity` stored: the bug this prevents wrote five indices into four slots.
 SPECGRAPH_HD std::int32_t sparse_fallback(std::int32_t seq_len, std::int32_t max_count,
-                                          std::int32_t* out, std::int32_t capacity,
-                                          guard_word* g, std::int32_t row) {
+                                          std::int32_t* out, std::int32_t capacity, guard_word* g,
+                                          std::int32_t row) {
   const std::int32_t count = max_count < seq_len ? max_count : seq_len;
   if (count <= 0) return 0;
   std::int32_t step = (seq_len + count - 1) / count;
@@ -47,13 +47,22 @@ struct sparse_stage_kernel {
   SPECGRAPH_HD static bool map_vertical(const sparse_stage& s, std::int32_t v, std::int32_t* out) {
     switch (s.kind) {
       case stage_kind::intra:
-        if (v >= s.prev) { *out = v - s.prev; return true; }
+        if (v >= s.prev) {
+          *out = v - s.prev;
+          return true;
+        }
         return false;
       case stage_kind::succ:
-        if (v >= s.prev - s.chunk_len && v < s.prev) { *out = v - (s.prev - s.chunk_len); return true; }
+        if (v >= s.prev - s.chunk_len && v < s.prev) {
+          *out = v - (s.prev - s.chunk_len);
+          return true;
+        }
         return false;
       case stage_kind::inter:
-        if (v < s.prev - s.chunk_len) { *out = v; return true; }
+        if (v < s.prev - s.chunk_len) {
+          *out = v;
+          return true;
+        }
         return false;
     }
     return false;
@@ -62,7 +71,10 @@ struct sparse_stage_kernel {
   SPECGRAPH_HD static bool map_slash(const sparse_stage& s, std::int32_t x, std::int32_t* out) {
     switch (s.kind) {
       case stage_kind::intra:
-        if (x >= s.prev) { *out = (s.end - 1) - x; return true; }
+        if (x >= s.prev) {
+          *out = (s.end - 1) - x;
+          return true;
+        }
         return false;
       case stage_kind::succ:
         if (x >= s.prev - s.chunk_len && x < s.prev + s.chunk_q_len) {
@@ -99,8 +111,8 @@ struct sparse_stage_kernel {
     std::int32_t written = 0;
     for (std::int32_t i = 0; i < in_count; ++i) {
       std::int32_t mapped = 0;
-      const bool selected = Vertical ? map_vertical(p.stage, in[i], &mapped)
-                                     : map_slash(p.stage, in[i], &mapped);
+      const bool selected =
+          Vertical ? map_vertical(p.stage, in[i], &mapped) : map_slash(p.stage, in[i], &mapped);
       if (!selected) continue;
       if (written < capacity) {
         out[written++] = mapped;
@@ -136,12 +148,12 @@ struct sparse_stage_kernel {
       guard_record(p.guard, violation_kind::bad_input, id, h, -1, 0, vsize < 0 ? vsize : ssize);
       return;
     }
-    p.out_vertical_count[h] = stage_one<true>(
-        p, h, p.vertical + row64 * p.vertical_stride, vcount, vsize,
-        p.out_vertical + row64 * p.vertical_capacity, p.vertical_capacity, vertical_sentinel);
-    p.out_slash_count[h] = stage_one<false>(
-        p, h, p.slash + row64 * p.slash_stride, scount, ssize,
-        p.out_slash + row64 * p.slash_capacity, p.slash_capacity, slash_sentinel);
+    p.out_vertical_count[h] = stage_one<true>(p, h, p.vertical + row64 * p.vertical_stride, vcount,
+                                              vsize, p.out_vertical + row64 * p.vertical_capacity,
+                                              p.vertical_capacity, vertical_sentinel);
+    p.out_slash_count[h] =
+        stage_one<false>(p, h, p.slash + row64 * p.slash_stride, scount, ssize,
+                         p.out_slash + row64 * p.slash_capacity, p.slash_capacity, slash_sentinel);
   }
 };
 

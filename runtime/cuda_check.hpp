@@ -10,9 +10,9 @@
 namespace specgraph::detail {
 
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* call, const char* file, int line) {
-  throw cuda_error(static_cast<int>(e), where(file, line) + ": " + call + " failed: " +
-                                            cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                                            ")");
+  throw cuda_error(static_cast<int>(e), where(file, line) + ": " + call +
+                                            " failed: " + cudaGetErrorName(e) + " (" +
+                                            cudaGetErrorString(e) + ")");
 }
 
 }  // namespace specgraph::detail

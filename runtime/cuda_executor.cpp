@@ -237,7 +237,9 @@ bool cuda_available() noexcept {
   }
 }
 
-std::string cuda_unavailable_reason() { return probe().available ? "" : probe().reason; }
+std::string cuda_unavailable_reason() {
+  return probe().available ? "" : probe().reason;
+}
 
 std::unique_ptr<executor> make_cuda_executor() {
   if (!probe().available) {

@@ -7,8 +7,12 @@
 
 namespace specgraph {
 
-bool cuda_available() noexcept { return false; }
-std::string cuda_unavailable_reason() { return "specgraph was built without CUDA"; }
+bool cuda_available() noexcept {
+  return false;
+}
+std::string cuda_unavailable_reason() {
+  return "specgraph was built without CUDA";
+}
 std::unique_ptr<executor> make_cuda_executor() {
   throw unavailable("cuda executor unavailable: specgraph was built without CUDA");
 }

@@ -20,8 +20,11 @@ std::string where(const char* file, int line) {
   return f + ":" + std::to_string(line);
 }
 
-void throw_invalid(const char* file, int line, const std::string& field, const std::string& what) {
-  throw invalid_argument(field, field + ": " + what + " [" + where(file, line) + "]");
+void throw_invalid(const char* /*file*/, int /*line*/, const std::string& field,
+                   const std::string& what) {
+  // The field name locates the problem for the caller; the check's own file:line would point at
+  // a shared validation helper and only add noise.
+  throw invalid_argument(field, field + ": " + what);
 }
 
 }  // namespace detail
@@ -54,15 +57,9 @@ std::string describe(const guard_word& g) {
   s << to_string(kind) << " violation in " << to_string(static_cast<kernel_id>(g.kernel))
     << ": row " << g.row << ", column " << g.column;
   switch (kind) {
-    case violation_kind::capacity:
-      s << ", capacity " << g.capacity << ", value " << g.value;
-      break;
-    case violation_kind::layout:
-      s << ", expected " << g.capacity << ", found " << g.value;
-      break;
-    default:
-      s << ", value " << g.value << ", limit " << g.capacity;
-      break;
+    case violation_kind::capacity: s << ", capacity " << g.capacity << ", value " << g.value; break;
+    case violation_kind::layout: s << ", expected " << g.capacity << ", found " << g.value; break;
+    default: s << ", value " << g.value << ", limit " << g.capacity; break;
   }
   s << " (" << g.violations << " in total)";
   return s.str();

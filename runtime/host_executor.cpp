@@ -28,15 +28,9 @@ struct host_node {
 
   void execute() const {
     switch (type) {
-      case kind::kernel:
-        run(params.data(), rows);
-        break;
-      case kind::copy:
-        std::memmove(dst, src, bytes);
-        break;
-      case kind::fill:
-        std::memset(dst, value, bytes);
-        break;
+      case kind::kernel: run(params.data(), rows); break;
+      case kind::copy: std::memmove(dst, src, bytes); break;
+      case kind::fill: std::memset(dst, value, bytes); break;
     }
   }
 };
@@ -55,15 +49,9 @@ class host_graph final : public graph {
       const host_node& n = nodes_[i];
       out << "  n" << i << " [shape=box,label=\"";
       switch (n.type) {
-        case host_node::kind::kernel:
-          out << "kernel " << n.name << "\\nrows " << n.rows;
-          break;
-        case host_node::kind::copy:
-          out << "copy " << n.bytes << " bytes";
-          break;
-        case host_node::kind::fill:
-          out << "fill " << n.bytes << " bytes";
-          break;
+        case host_node::kind::kernel: out << "kernel " << n.name << "\\nrows " << n.rows; break;
+        case host_node::kind::copy: out << "copy " << n.bytes << " bytes"; break;
+        case host_node::kind::fill: out << "fill " << n.bytes << " bytes"; break;
       }
       out << "\"];\n";
       if (i > 0) out << "  n" << (i - 1) << " -> n" << i << ";\n";
@@ -101,8 +89,8 @@ class host_executor final : public executor {
     forbid_during_capture("allocate");
     const std::size_t rounded = (bytes + 255) / 256 * 256;
     void* p = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
-    if (p == nullptr) throw error("host executor: allocation of " + std::to_string(bytes) +
-                                  " bytes failed");
+    if (p == nullptr)
+      throw error("host executor: allocation of " + std::to_string(bytes) + " bytes failed");
     ++counters_.allocations;
     return p;
   }
@@ -133,11 +121,12 @@ class host_executor final : public executor {
   }
 
   void launch(const kernel_launch& k) override {
-    if (k.host_run == nullptr) throw error(std::string("kernel '") + (k.name ? k.name : "?") +
-                                           "' has no host implementation");
-    if (k.rows < 0) throw invalid_argument("rows", "kernel '" + std::string(k.name) +
-                                                       "': negative row count " +
-                                                       std::to_string(k.rows));
+    if (k.host_run == nullptr)
+      throw error(std::string("kernel '") + (k.name ? k.name : "?") +
+                  "' has no host implementation");
+    if (k.rows < 0)
+      throw invalid_argument("rows", "kernel '" + std::string(k.name) + "': negative row count " +
+                                         std::to_string(k.rows));
     host_node n;
     n.type = host_node::kind::kernel;
     n.name = k.name;
@@ -223,14 +212,15 @@ class host_executor final : public executor {
 
 }  // namespace
 
-std::unique_ptr<executor> make_host_executor() { return std::make_unique<host_executor>(); }
+std::unique_ptr<executor> make_host_executor() {
+  return std::make_unique<host_executor>();
+}
 
 std::unique_ptr<executor> make_executor(const std::string& kind) {
   if (kind == "host") return make_host_executor();
   if (kind == "cuda") return make_cuda_executor();
   if (kind == "auto") return cuda_available() ? make_cuda_executor() : make_host_executor();
-  throw invalid_argument("executor", "executor '" + kind +
-                                         "' is not one of host, cuda, auto");
+  throw invalid_argument("executor", "executor '" + kind + "' is not one of host, cuda, auto");
 }
 
 }  // namespace specgraph

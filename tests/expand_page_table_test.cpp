@@ -21,15 +21,15 @@ constexpr std::int32_t poison = -7;
 // unique-consecutive step. Cells at column >= capacity are not part of the table; they are
 // reported as violations instead.
 struct expand_reference {
-  std::vector<std::int32_t> table;         // [rows][capacity]
-  std::vector<std::int32_t> cache_seqlen;  // [rows]
+  std::vector<std::int32_t> table;                             // [rows][capacity]
+  std::vector<std::int32_t> cache_seqlen;                      // [rows]
   std::set<std::pair<std::int32_t, std::int32_t>> violations;  // (row, column)
 };
 
 expand_reference reference_expand(const std::vector<std::int64_t>& cache_loc, std::int64_t stride,
                                   std::int32_t slots_read, std::int32_t d,
-                                  const std::vector<std::int32_t>& last_page_len,
-                                  std::int32_t topk, std::int32_t ps, std::int32_t capacity) {
+                                  const std::vector<std::int32_t>& last_page_len, std::int32_t topk,
+                                  std::int32_t ps, std::int32_t capacity) {
   const auto rows = static_cast<std::int32_t>(last_page_len.size()) * topk;
   expand_reference ref;
   ref.table.assign(static_cast<std::size_t>(rows) * capacity, 0);
@@ -41,7 +41,8 @@ expand_reference reference_expand(const std::vector<std::int64_t>& cache_loc, st
     for (std::size_t i = 0; i < pages.size(); ++i) {
       const auto col = static_cast<std::int32_t>(i);
       if (col < capacity) {
-        ref.table[static_cast<std::size_t>(row) * capacity + i] = static_cast<std::int32_t>(pages[i]);
+        ref.table[static_cast<std::size_t>(row) * capacity + i] =
+            static_cast<std::int32_t>(pages[i]);
       } else {
         ref.violations.insert({row, col});
       }
@@ -53,8 +54,8 @@ expand_reference reference_expand(const std::vector<std::int64_t>& cache_loc, st
 // Runs the kernel on `ex` with canary rows around the table and poison in every cell, then
 // returns the whole buffer (canaries included) and the guard.
 struct expand_run {
-  std::vector<std::int32_t> table_buffer;  // [rows + 2][stride]; row 0 and the last are canaries
-  std::vector<std::int32_t> seqlen_buffer; // [rows + 2]
+  std::vector<std::int32_t> table_buffer;   // [rows + 2][stride]; row 0 and the last are canaries
+  std::vector<std::int32_t> seqlen_buffer;  // [rows + 2]
   guard_word guard{};
   std::int64_t stride = 0;
 };
@@ -125,7 +126,8 @@ void expect_matches(const expand_run& run, const expand_reference& ref, std::int
   ASSERT_EQ(run.seqlen_buffer.front(), poison);
   ASSERT_EQ(run.seqlen_buffer.back(), poison);
   for (std::int64_t r = 0; r < rows; ++r) {
-    ASSERT_EQ(run.seqlen_buffer[static_cast<std::size_t>(r + 1)], ref.cache_seqlen[static_cast<std::size_t>(r)])
+    ASSERT_EQ(run.seqlen_buffer[static_cast<std::size_t>(r + 1)],
+              ref.cache_seqlen[static_cast<std::size_t>(r)])
         << "cache_seqlen row " << r;
   }
 }
@@ -145,10 +147,16 @@ struct spec_vector {
 std::vector<spec_vector> spec_vectors() {
   return {
       {"A", {3}, 1, {{23, 24}, {31, 32}}, {{5, 6}, {7, 8}}, {4, 4}},
-      {"B", {3}, 5, {{27, 28, 29, 30, 31, 32}, {35, 36, 37, 38, 39, 40}},
-       {{6, 7, 8, 0, 0, 0}, {8, 9, 10, 0, 0, 0}}, {8, 8}},
+      {"B",
+       {3},
+       5,
+       {{27, 28, 29, 30, 31, 32}, {35, 36, 37, 38, 39, 40}},
+       {{6, 7, 8, 0, 0, 0}, {8, 9, 10, 0, 0, 0}},
+       {8, 8}},
       {"page crossing", {3}, 2, {{23, 28}, {31, 36}}, {{5, 7, 0}, {7, 9, 0}}, {5, 5}},
-      {"multi batch", {1, 3, 0}, 3,
+      {"multi batch",
+       {1, 3, 0},
+       3,
        {{1, 2, 3, 4}, {6, 7, 8, 9}, {3, 8, 9, 10}, {14, 15, 16, 17}, {0, 1, 2, 3}, {4, 5, 6, 7}},
        {{0, 1, 0, 0}, {1, 2, 0, 0}, {0, 2, 0, 0}, {3, 4, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}},
        {4, 4, 6, 6, 3, 3}},
@@ -171,8 +179,10 @@ TEST_P(ExpandPageTable, SpecVectors) {
     const expand_run run = run_expand(*ex, c);
     EXPECT_EQ(run.guard.violations, 0) << describe(run.guard);
     for (std::size_t r = 0; r < v.rows.size(); ++r) {
-      std::vector<std::int32_t> got(run.table_buffer.begin() + static_cast<std::ptrdiff_t>((r + 1) * run.stride),
-                                    run.table_buffer.begin() + static_cast<std::ptrdiff_t>((r + 1) * run.stride) + c.capacity);
+      std::vector<std::int32_t> got(
+          run.table_buffer.begin() + static_cast<std::ptrdiff_t>((r + 1) * run.stride),
+          run.table_buffer.begin() + static_cast<std::ptrdiff_t>((r + 1) * run.stride) +
+              c.capacity);
       EXPECT_EQ(got, v.expected_table[r]) << "row " << r;
       EXPECT_EQ(run.seqlen_buffer[r + 1], v.expected_seqlen[r]) << "row " << r;
     }
@@ -194,7 +204,8 @@ TEST_P(ExpandPageTable, CaseBSlicedToDecodeLength) {
   const expand_run run = run_expand(*ex, c);
   EXPECT_EQ(run.guard.violations, 0);
   const std::vector<std::int32_t> row0(run.table_buffer.begin() + 6, run.table_buffer.begin() + 12);
-  const std::vector<std::int32_t> row1(run.table_buffer.begin() + 12, run.table_buffer.begin() + 18);
+  const std::vector<std::int32_t> row1(run.table_buffer.begin() + 12,
+                                       run.table_buffer.begin() + 18);
   EXPECT_EQ(row0, (std::vector<std::int32_t>{6, 7, 0, 0, 0, 0}));
   EXPECT_EQ(row1, (std::vector<std::int32_t>{8, 9, 0, 0, 0, 0}));
 }
@@ -277,9 +288,8 @@ TEST_P(ExpandPageTable, RandomRoundsMatchReference) {
                  std::to_string(topk) + " batch " + std::to_string(batch) + " d " +
                  std::to_string(c.decode_length) + " slots_read " + std::to_string(c.slots_read) +
                  " capacity " + std::to_string(c.capacity));
-    const expand_reference ref = reference_expand(c.cache_loc, steps, c.slots_read,
-                                                  c.decode_length, c.last_page_len, topk, ps,
-                                                  c.capacity);
+    const expand_reference ref = reference_expand(c.cache_loc, steps, c.slots_read, c.decode_length,
+                                                  c.last_page_len, topk, ps, c.capacity);
     const expand_run run = run_expand(*ex, c);
     expect_matches(run, ref, static_cast<std::int64_t>(batch) * topk, c.capacity);
     if (HasFatalFailure()) return;
@@ -288,8 +298,7 @@ TEST_P(ExpandPageTable, RandomRoundsMatchReference) {
     if (!ref.violations.empty()) {
       ++violating_cases;
       ASSERT_EQ(static_cast<violation_kind>(run.guard.kind), violation_kind::capacity);
-      ASSERT_TRUE(ref.violations.count({run.guard.row, run.guard.column}))
-          << describe(run.guard);
+      ASSERT_TRUE(ref.violations.count({run.guard.row, run.guard.column})) << describe(run.guard);
     }
   }
   if (cases >= 1000) {
@@ -339,7 +348,8 @@ TEST_P(ExpandPageTable, BadInputValueInDeviceMemoryLeavesRowUnwritten) {
   EXPECT_EQ(run.guard.row, 0);
   EXPECT_EQ(run.guard.column, 1);
   EXPECT_EQ(run.guard.value, -4);
-  for (int col = 0; col < 3; ++col) EXPECT_EQ(run.table_buffer[static_cast<std::size_t>(3 + col)], poison);
+  for (int col = 0; col < 3; ++col)
+    EXPECT_EQ(run.table_buffer[static_cast<std::size_t>(3 + col)], poison);
   EXPECT_EQ(run.seqlen_buffer[1], poison);
   EXPECT_EQ(run.table_buffer[6], 7);  // row 1 is fine and written
 }
@@ -407,11 +417,8 @@ TEST(ExpandValidation, RejectsEachBadParameterByName) {
   expect_rejected([](host_expand_fixture& f) { f.lpl[0] = -1; }, "last_page_len[0]", "-1");
   expect_rejected([](host_expand_fixture& f) { f.cache_loc[3] = -2; }, "cache_loc[1][1]",
                   "-2 is outside [0,");
-  expect_rejected(
-      [](host_expand_fixture& f) {
-        f.p.slot_limit = 32;
-      },
-      "cache_loc[1][1]", "32 is outside [0, slot_limit 32)");
+  expect_rejected([](host_expand_fixture& f) { f.p.slot_limit = 32; }, "cache_loc[1][1]",
+                  "32 is outside [0, slot_limit 32)");
   expect_rejected([](host_expand_fixture& f) { f.p.guard = nullptr; }, "guard", "null");
 }
 

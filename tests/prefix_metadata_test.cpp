@@ -96,8 +96,8 @@ TEST_P(PrefixMetadata, RandomBatchesMatchReference) {
     ex->synchronize();
 
     ASSERT_EQ(guard.download()[0].violations, 0);
-    const auto got_lpl = lpl.download(), got_len = prefix_len.download(), got_table = table.download(),
-               got_cu = cu.download();
+    const auto got_lpl = lpl.download(), got_len = prefix_len.download(),
+               got_table = table.download(), got_cu = cu.download();
     for (std::int32_t r = 0; r < batch; ++r) {
       const std::int32_t seq = c.seq_len[static_cast<std::size_t>(r)];
       const std::int32_t want_lpl = seq % ps;
@@ -109,14 +109,18 @@ TEST_P(PrefixMetadata, RandomBatchesMatchReference) {
         if (col == stride - 1) {
           want = poison;
         } else if (col < pages) {
-          want = c.req_to_token[static_cast<std::size_t>(c.req_pool_index[static_cast<std::size_t>(r)]) * max_context +
-                                static_cast<std::size_t>(col * ps)] / ps;
+          want = c.req_to_token[static_cast<std::size_t>(
+                                    c.req_pool_index[static_cast<std::size_t>(r)]) *
+                                    max_context +
+                                static_cast<std::size_t>(col * ps)] /
+                 ps;
         }
         ASSERT_EQ(got_table[static_cast<std::size_t>(r * stride + col)], want)
             << "request " << r << " column " << col;
       }
     }
-    for (std::int32_t r = 0; r <= batch; ++r) ASSERT_EQ(got_cu[static_cast<std::size_t>(r)], r * topk);
+    for (std::int32_t r = 0; r <= batch; ++r)
+      ASSERT_EQ(got_cu[static_cast<std::size_t>(r)], r * topk);
     ASSERT_EQ(got_cu[static_cast<std::size_t>(batch + 1)], poison);
   }
 }

@@ -75,7 +75,8 @@ std::vector<std::int32_t> reference_fallback(std::int32_t seq_len, std::int32_t 
   const std::int32_t count = std::min(max_count, seq_len);
   if (count <= 0) return out;
   const std::int32_t step = std::max(1, static_cast<std::int32_t>((seq_len + count - 1) / count));
-  for (std::int32_t x = 0; x < seq_len && static_cast<std::int32_t>(out.size()) < count; x += step) {
+  for (std::int32_t x = 0; x < seq_len && static_cast<std::int32_t>(out.size()) < count;
+       x += step) {
     out.push_back(x);
   }
   return out;
@@ -88,15 +89,18 @@ staged reference_stage(const sparse_stage& s, const std::vector<std::int32_t>& v
   const std::int32_t prev = s.prev, cl = s.chunk_len, q = s.chunk_q_len, K = s.end;
   for (std::int32_t v : vertical) {
     if (s.kind == stage_kind::intra && v >= prev) out.vertical.push_back(v - prev);
-    if (s.kind == stage_kind::succ && prev - cl <= v && v < prev) out.vertical.push_back(v - (prev - cl));
+    if (s.kind == stage_kind::succ && prev - cl <= v && v < prev)
+      out.vertical.push_back(v - (prev - cl));
     if (s.kind == stage_kind::inter && v < prev - cl) out.vertical.push_back(v);
   }
   for (std::int32_t x : slash) {
     if (s.kind == stage_kind::intra && x >= prev) out.slash.push_back((K - 1) - x);
-    if (s.kind == stage_kind::succ && prev - cl <= x && x < prev + q) out.slash.push_back((prev + q - 1) - x);
-    if (s.kind == stage_kind::inter && x < prev - cl + q) out.slash.push_back((prev - cl + q - 1) - x);
+    if (s.kind == stage_kind::succ && prev - cl <= x && x < prev + q)
+      out.slash.push_back((prev + q - 1) - x);
+    if (s.kind == stage_kind::inter && x < prev - cl + q)
+      out.slash.push_back((prev - cl + q - 1) - x);
   }
-  const std::int32_t key_len = s.kind == stage_kind::intra ? K - prev
+  const std::int32_t key_len = s.kind == stage_kind::intra  ? K - prev
                                : s.kind == stage_kind::succ ? cl
                                                             : prev - cl;
   if (out.vertical.empty()) {
@@ -117,8 +121,7 @@ stage_run run_stage(executor& ex, const sparse_stage& s,
                     const std::vector<std::vector<std::int32_t>>& vertical,
                     const std::vector<std::vector<std::int32_t>>& slash,
                     const std::vector<std::int32_t>& vsizes,
-                    const std::vector<std::int32_t>& ssizes, std::int32_t vcap,
-                    std::int32_t scap) {
+                    const std::vector<std::int32_t>& ssizes, std::int32_t vcap, std::int32_t scap) {
   const auto heads = static_cast<std::int32_t>(vertical.size());
   std::int32_t vstride = 0, sstride = 0;
   for (const auto& v : vertical) vstride = std::max(vstride, static_cast<std::int32_t>(v.size()));
@@ -227,7 +230,9 @@ TEST_P(SparseStage, SubWindowConfigurationStaysWithinFourEntries) {
       // Real per-chunk selections never exceed the keys seen: keep inputs below the stage end.
       std::vector<std::vector<std::int32_t>> v = vertical, x = slash;
       for (auto* lists : {&v, &x}) {
-        for (auto& l : *lists) l.erase(std::remove_if(l.begin(), l.end(), [&](std::int32_t i) { return i >= s.end; }), l.end());
+        for (auto& l : *lists)
+          l.erase(std::remove_if(l.begin(), l.end(), [&](std::int32_t i) { return i >= s.end; }),
+                  l.end());
       }
       const std::int32_t vcap = sparse_capacity(sizes, s.end), scap = sparse_capacity(sizes, s.end);
       ASSERT_EQ(vcap, 4);
@@ -236,21 +241,31 @@ TEST_P(SparseStage, SubWindowConfigurationStaysWithinFourEntries) {
       for (std::int32_t h = 0; h < 4; ++h) {
         SCOPED_TRACE(std::string(to_string(s.kind)) + " stage at prev " + std::to_string(s.prev) +
                      ", head " + std::to_string(h));
-        const staged want = reference_stage(s, v[static_cast<std::size_t>(h)], x[static_cast<std::size_t>(h)], 4, 4);
+        const staged want = reference_stage(s, v[static_cast<std::size_t>(h)],
+                                            x[static_cast<std::size_t>(h)], 4, 4);
         ASSERT_LE(run.vertical_count[static_cast<std::size_t>(h)], 4);
         ASSERT_LE(run.slash_count[static_cast<std::size_t>(h)], 4);
-        expect_head(run.vertical, h, vcap, want.vertical, run.vertical_count[static_cast<std::size_t>(h)], INT32_MAX);
-        expect_head(run.slash, h, scap, want.slash, run.slash_count[static_cast<std::size_t>(h)], INT32_MIN);
+        expect_head(run.vertical, h, vcap, want.vertical,
+                    run.vertical_count[static_cast<std::size_t>(h)], INT32_MAX);
+        expect_head(run.slash, h, scap, want.slash, run.slash_count[static_cast<std::size_t>(h)],
+                    INT32_MIN);
       }
       // Head 1 has no selection anywhere: every slot of it, intra slash included, holds exactly
       // the capacity-capped fallback for the stage's key length.
-      const std::vector<std::int32_t> expected_fallback = reference_fallback(stage_key_length(s), 4);
-      EXPECT_EQ(std::vector<std::int32_t>(run.vertical.begin() + vcap, run.vertical.begin() + vcap + run.vertical_count[1]), expected_fallback);
-      EXPECT_EQ(std::vector<std::int32_t>(run.slash.begin() + scap, run.slash.begin() + scap + run.slash_count[1]), expected_fallback);
+      const std::vector<std::int32_t> expected_fallback =
+          reference_fallback(stage_key_length(s), 4);
+      EXPECT_EQ(std::vector<std::int32_t>(run.vertical.begin() + vcap,
+                                          run.vertical.begin() + vcap + run.vertical_count[1]),
+                expected_fallback);
+      EXPECT_EQ(std::vector<std::int32_t>(run.slash.begin() + scap,
+                                          run.slash.begin() + scap + run.slash_count[1]),
+                expected_fallback);
       EXPECT_EQ(run.vertical_count[1], static_cast<std::int32_t>(expected_fallback.size()));
       // Spill region after the last head untouched.
-      for (std::int32_t c = 0; c < vcap; ++c) ASSERT_EQ(run.vertical[static_cast<std::size_t>(4 * vcap + c)], -5);
-      for (std::int32_t c = 0; c < scap; ++c) ASSERT_EQ(run.slash[static_cast<std::size_t>(4 * scap + c)], -5);
+      for (std::int32_t c = 0; c < vcap; ++c)
+        ASSERT_EQ(run.vertical[static_cast<std::size_t>(4 * vcap + c)], -5);
+      for (std::int32_t c = 0; c < scap; ++c)
+        ASSERT_EQ(run.slash[static_cast<std::size_t>(4 * scap + c)], -5);
     }
   }
 }
@@ -305,14 +320,19 @@ TEST_P(SparseStage, RandomSelectionsMatchReference) {
     const stage_run run = run_stage(*ex, s, vertical, slash, vsizes, ssizes, vcap, scap);
     ASSERT_EQ(run.guard.violations, 0) << describe(run.guard);
     for (std::int32_t h = 0; h < heads; ++h) {
-      const staged want = reference_stage(s, vertical[static_cast<std::size_t>(h)], slash[static_cast<std::size_t>(h)],
-                                          vsizes[static_cast<std::size_t>(h)], ssizes[static_cast<std::size_t>(h)]);
-      expect_head(run.vertical, h, vcap, want.vertical, run.vertical_count[static_cast<std::size_t>(h)], INT32_MAX);
-      expect_head(run.slash, h, scap, want.slash, run.slash_count[static_cast<std::size_t>(h)], INT32_MIN);
+      const staged want = reference_stage(
+          s, vertical[static_cast<std::size_t>(h)], slash[static_cast<std::size_t>(h)],
+          vsizes[static_cast<std::size_t>(h)], ssizes[static_cast<std::size_t>(h)]);
+      expect_head(run.vertical, h, vcap, want.vertical,
+                  run.vertical_count[static_cast<std::size_t>(h)], INT32_MAX);
+      expect_head(run.slash, h, scap, want.slash, run.slash_count[static_cast<std::size_t>(h)],
+                  INT32_MIN);
       if (HasFatalFailure()) return;
     }
-    for (std::int32_t c = 0; c < vcap; ++c) ASSERT_EQ(run.vertical[static_cast<std::size_t>(heads * vcap + c)], -5);
-    for (std::int32_t c = 0; c < scap; ++c) ASSERT_EQ(run.slash[static_cast<std::size_t>(heads * scap + c)], -5);
+    for (std::int32_t c = 0; c < vcap; ++c)
+      ASSERT_EQ(run.vertical[static_cast<std::size_t>(heads * vcap + c)], -5);
+    for (std::int32_t c = 0; c < scap; ++c)
+      ASSERT_EQ(run.slash[static_cast<std::size_t>(heads * scap + c)], -5);
   }
 }
 
@@ -362,7 +382,8 @@ TEST(SparseValidation, RejectsBadStagesByName) {
     FAIL();
   } catch (const invalid_argument& e) {
     EXPECT_EQ(e.field(), "stage.prev");
-    EXPECT_NE(std::string(e.what()).find("10 is below the minimum 48"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("10 is below the minimum 48"), std::string::npos)
+        << e.what();
   }
   p.stage = {stage_kind::intra, 0, 48, 48, 48};
   p.vertical_capacity = 0;

@@ -52,7 +52,7 @@ inline std::string executor_name(const ::testing::TestParamInfo<std::string>& in
   return info.param;
 }
 
-#define SPECGRAPH_INSTANTIATE_EXECUTORS(suite)                                        \
+#define SPECGRAPH_INSTANTIATE_EXECUTORS(suite)                                  \
   INSTANTIATE_TEST_SUITE_P(Executors, suite, ::testing::Values("host", "cuda"), \
                            ::specgraph::testing::executor_name)
 
@@ -60,8 +60,8 @@ inline std::string executor_name(const ::testing::TestParamInfo<std::string>& in
 template <class T>
 class dvec {
  public:
-  dvec(executor& ex, const std::vector<T>& host) : ex_(&ex), n_(host.size()),
-        buf_(ex, std::max<std::size_t>(1, host.size()) * sizeof(T)) {
+  dvec(executor& ex, const std::vector<T>& host)
+      : ex_(&ex), n_(host.size()), buf_(ex, std::max<std::size_t>(1, host.size()) * sizeof(T)) {
     if (n_ > 0) ex.copy_to_device(buf_.data(), host.data(), n_ * sizeof(T));
   }
   dvec(executor& ex, std::size_t n, T fill) : dvec(ex, std::vector<T>(n, fill)) {}

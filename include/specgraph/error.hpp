@@ -64,8 +64,8 @@ std::string where(const char* file, int line);
 
 // SPECGRAPH_EXPECTS(cond, field, message-expression): throws specgraph::invalid_argument naming
 // the field when cond is false. The message expression is only evaluated on failure.
-#define SPECGRAPH_EXPECTS(cond, field, msg)                                   \
-  do {                                                                        \
+#define SPECGRAPH_EXPECTS(cond, field, msg)                                              \
+  do {                                                                                   \
     if (!(cond)) ::specgraph::detail::throw_invalid(__FILE__, __LINE__, (field), (msg)); \
   } while (0)
 

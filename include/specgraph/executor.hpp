@@ -50,9 +50,9 @@ class graph_exec {
 
 // Counters an engine (and the tests) use to prove the replay path is clean.
 struct executor_counters {
-  std::int64_t allocations = 0;     // allocate() calls that succeeded
+  std::int64_t allocations = 0;  // allocate() calls that succeeded
   std::int64_t synchronizations = 0;
-  std::int64_t kernel_launches = 0; // eager launches (not recorded into a graph)
+  std::int64_t kernel_launches = 0;  // eager launches (not recorded into a graph)
   std::int64_t graph_launches = 0;
   std::int64_t copies_to_device = 0;
   std::int64_t copies_to_host = 0;

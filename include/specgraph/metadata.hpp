@@ -27,19 +27,19 @@ class executor;
 
 // ---- Expand page table (draft-metadata.md section 3) ----------------------------------------
 struct expand_params {
-  const std::int64_t* cache_loc = nullptr;  // [batch*topk][cache_loc_stride] slot ids
-  std::int64_t cache_loc_stride = 0;        // columns per row of cache_loc (num_steps)
-  std::int32_t slots_read = 0;              // leading slots read per row; the runtime uses d
-  std::int32_t decode_length = 0;           // d = step + 1
+  const std::int64_t* cache_loc = nullptr;      // [batch*topk][cache_loc_stride] slot ids
+  std::int64_t cache_loc_stride = 0;            // columns per row of cache_loc (num_steps)
+  std::int32_t slots_read = 0;                  // leading slots read per row; the runtime uses d
+  std::int32_t decode_length = 0;               // d = step + 1
   const std::int32_t* last_page_len = nullptr;  // [batch]
-  std::int32_t batch = 0;                   // requests (rows = batch * topk)
+  std::int32_t batch = 0;                       // requests (rows = batch * topk)
   std::int32_t topk = 0;
   std::int32_t page_size = 0;
-  std::int32_t* page_table = nullptr;       // [batch*topk][page_table_stride]
-  std::int64_t page_table_stride = 0;       // >= capacity
-  std::int32_t capacity = 0;                // columns of each row that may be written
-  std::int32_t* cache_seqlen = nullptr;     // [batch*topk]
-  guard_word* guard = nullptr;              // required
+  std::int32_t* page_table = nullptr;    // [batch*topk][page_table_stride]
+  std::int64_t page_table_stride = 0;    // >= capacity
+  std::int32_t capacity = 0;             // columns of each row that may be written
+  std::int32_t* cache_seqlen = nullptr;  // [batch*topk]
+  guard_word* guard = nullptr;           // required
   // Exclusive upper bound for slot ids (the KV pool size); the default accepts any slot >= 0.
   std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
   // Optional layout check (draft-metadata.md section 3): rows of requests r < *layout_check_batch
@@ -62,8 +62,8 @@ struct prefix_params {
   std::int32_t* prefix_seqlen = nullptr;  // [batch]
   std::int32_t* page_table = nullptr;     // [batch][page_table_stride]
   std::int64_t page_table_stride = 0;
-  std::int32_t capacity = 0;              // ceil(max_context_len / page_size) for the static table
-  std::int32_t* cu_seqlens_q = nullptr;   // [batch + 1]
+  std::int32_t capacity = 0;             // ceil(max_context_len / page_size) for the static table
+  std::int32_t* cu_seqlens_q = nullptr;  // [batch + 1]
   guard_word* guard = nullptr;
   std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
 };
@@ -75,8 +75,8 @@ const char* to_string(stage_kind k) noexcept;
 // One chunk stage: the queries of [prev, end) against the keys of this stage's kind.
 struct sparse_stage {
   stage_kind kind = stage_kind::intra;
-  std::int32_t prev = 0;         // chunk start
-  std::int32_t end = 0;          // K: keys seen (exclusive end of the chunk)
+  std::int32_t prev = 0;  // chunk start
+  std::int32_t end = 0;   // K: keys seen (exclusive end of the chunk)
   std::int32_t chunk_len = 0;
   std::int32_t chunk_q_len = 0;  // query length of the stage
 };
@@ -95,22 +95,22 @@ std::vector<sparse_stage> sparse_stages(std::int32_t seq_len, std::int32_t chunk
 std::int32_t sparse_capacity(const std::vector<std::int32_t>& sizes, std::int32_t keys);
 
 struct sparse_stage_params {
-  const std::int32_t* vertical = nullptr;        // [heads][vertical_stride], input order kept
+  const std::int32_t* vertical = nullptr;  // [heads][vertical_stride], input order kept
   std::int32_t vertical_stride = 0;
   const std::int32_t* vertical_count = nullptr;  // [heads] entries of each head's selection
   const std::int32_t* vertical_size = nullptr;   // [heads] configured vertical size (fallback cap)
   const std::int32_t* slash = nullptr;           // [heads][slash_stride]
   std::int32_t slash_stride = 0;
-  const std::int32_t* slash_count = nullptr;     // [heads]
-  const std::int32_t* slash_size = nullptr;      // [heads] configured slash size (fallback cap)
+  const std::int32_t* slash_count = nullptr;  // [heads]
+  const std::int32_t* slash_size = nullptr;   // [heads] configured slash size (fallback cap)
   std::int32_t heads = 0;
   sparse_stage stage;
-  std::int32_t* out_vertical = nullptr;        // [heads][vertical_capacity], INT32_MAX when unused
+  std::int32_t* out_vertical = nullptr;  // [heads][vertical_capacity], INT32_MAX when unused
   std::int32_t vertical_capacity = 0;
   std::int32_t* out_vertical_count = nullptr;  // [heads]
   std::int32_t* out_slash = nullptr;           // [heads][slash_capacity], INT32_MIN when unused
   std::int32_t slash_capacity = 0;
-  std::int32_t* out_slash_count = nullptr;     // [heads]
+  std::int32_t* out_slash_count = nullptr;  // [heads]
   guard_word* guard = nullptr;
 };
 

@@ -22,10 +22,10 @@ using cuda_rows_fn = void (*)(const void* params, std::int64_t rows, device_stre
 // A type-erased launch: what an executor needs to run or record one kernel.
 struct kernel_launch {
   const char* name = nullptr;
-  std::int64_t rows = 0;           // the launch shape: one logical thread per row
-  host_rows_fn host_run = nullptr; // runs all rows on the calling thread
-  cuda_rows_fn cuda_run = nullptr; // enqueues the CUDA trampoline; null when built without CUDA
-  const void* params = nullptr;    // copied by the executor at launch (or capture) time
+  std::int64_t rows = 0;            // the launch shape: one logical thread per row
+  host_rows_fn host_run = nullptr;  // runs all rows on the calling thread
+  cuda_rows_fn cuda_run = nullptr;  // enqueues the CUDA trampoline; null when built without CUDA
+  const void* params = nullptr;     // copied by the executor at launch (or capture) time
   std::size_t params_size = 0;
 };
 

@@ -1,0 +1,116 @@
+// `specgraph metadata expand|fallback`: JSON in, JSON out, one-line errors naming the field.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "json.hpp"
+#include "metadata_command.hpp"
+
+namespace specgraph::tools {
+namespace {
+
+struct result {
+  int code;
+  std::string out, err;
+};
+
+result run(int (*command)(std::istream&, std::ostream&, std::ostream&), const std::string& input) {
+  std::istringstream in(input);
+  std::ostringstream out, err;
+  const int code = command(in, out, err);
+  return {code, out.str(), err.str()};
+}
+
+TEST(CliExpand, SpecCaseBPrintsTheTable) {
+  const result r = run(metadata_expand,
+                       R"({"page_size":4,"topk":2,"decode_length":5,"slots_read":6,
+                           "last_page_len":[3],"cache_loc":[[27,28,29,30,31,32],[35,36,37,38,39,40]],
+                           "capacity":6})");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "{\"page_table\":[[6,7,8,0,0,0],[8,9,10,0,0,0]],\"cache_seqlen\":[8,8],"
+            "\"violations\":[]}\n");
+}
+
+TEST(CliExpand, SlotsReadDefaultsToDecodeLength) {
+  const result r = run(metadata_expand,
+                       R"({"page_size":4,"topk":2,"decode_length":5,"last_page_len":[3],
+                           "cache_loc":[[27,28,29,30,31,32],[35,36,37,38,39,40]],"capacity":6})");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(as_int(doc.members.at("page_table").items[0].items[2], "x"), 0);
+  EXPECT_EQ(as_int(doc.members.at("page_table").items[1].items[1], "x"), 9);
+}
+
+TEST(CliExpand, ListsEveryViolatingRow) {
+  // The seed bug on two rows: both overflow the 2-wide step-0 table.
+  const result r = run(metadata_expand,
+                       R"({"page_size":2,"topk":2,"decode_length":1,"slots_read":5,
+                           "last_page_len":[1],"cache_loc":[[1,2,3,4,5],[7,8,9,10,11]],
+                           "capacity":2})");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json doc = json::parse(r.out);
+  const auto& v = doc.members.at("violations").items;
+  ASSERT_EQ(v.size(), 2u) << r.out;
+  EXPECT_EQ(as_int(v[0].members.at("row"), "row"), 0);
+  EXPECT_EQ(as_int(v[0].members.at("column"), "column"), 2);
+  EXPECT_EQ(as_int(v[1].members.at("row"), "row"), 1);
+  EXPECT_EQ(v[1].members.at("kind").text, "capacity");
+  EXPECT_EQ(doc.members.at("page_table").items[1].items.size(), 2u);
+}
+
+TEST(CliExpand, InvalidInputIsOneLineNamingTheField) {
+  const struct {
+    const char* input;
+    const char* message;
+  } cases[] = {
+      {R"({"page_size":0,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[1]],"capacity":2})",
+       "page_size: 0 is below the minimum 1"},
+      {R"({"page_size":4,"topk":2,"decode_length":1,"last_page_len":[0],"cache_loc":[[1]],"capacity":2})",
+       "cache_loc: 1 rows, expected batch * topk = 2"},
+      {R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[4],"cache_loc":[[1]],"capacity":2})",
+       "last_page_len[0]: 4 is outside [0, page_size 4)"},
+      {R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[-1]],"capacity":2})",
+       "cache_loc[0][0]: -1 is outside"},
+      {R"({"page_size":4,"topk":1,"decode_length":2,"last_page_len":[0],"cache_loc":[[1]],"capacity":2})",
+       "slots_read: 2 exceeds the cache_loc row stride 1"},
+      {R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[1]],"capacity":0})",
+       "capacity: 0 is below the minimum 1"},
+      {R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[1]]})",
+       "capacity: missing"},
+      {R"({"page_size":4.5,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[1]],"capacity":1})",
+       "page_size: expected an integer"},
+      {R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[1],[2,3]],"capacity":1})",
+       "cache_loc: 2 rows, expected batch * topk = 1"},
+      {R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[1]],"capacity":1,"step":3})",
+       "step: unknown key"},
+      {R"({"page_size":4,)", "invalid JSON at byte"},
+  };
+  for (const auto& c : cases) {
+    const result r = run(metadata_expand, c.input);
+    EXPECT_EQ(r.code, 2) << c.input;
+    EXPECT_TRUE(r.out.empty()) << c.input;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  }
+}
+
+TEST(CliFallback, SpecExamples) {
+  EXPECT_EQ(run(metadata_fallback, R"({"seq_len":48,"max_count":4,"capacity":4})").out,
+            "{\"indices\":[0,12,24,36],\"violations\":[]}\n");
+  EXPECT_EQ(run(metadata_fallback, R"({"seq_len":3,"max_count":4,"capacity":4})").out,
+            "{\"indices\":[0,1,2],\"violations\":[]}\n");
+  EXPECT_EQ(run(metadata_fallback, R"({"seq_len":0,"max_count":4,"capacity":4})").out,
+            "{\"indices\":[],\"violations\":[]}\n");
+  const result capped = run(metadata_fallback, R"({"seq_len":50,"max_count":5,"capacity":4})");
+  EXPECT_EQ(capped.code, 0);
+  EXPECT_NE(capped.out.find("\"indices\":[0,10,20,30]"), std::string::npos) << capped.out;
+  EXPECT_NE(capped.out.find("\"column\":4"), std::string::npos) << capped.out;
+  const result bad = run(metadata_fallback, R"({"seq_len":-1,"max_count":5,"capacity":4})");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("seq_len: -1 is below the minimum 0"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace specgraph::tools

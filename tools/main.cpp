@@ -1,0 +1,36 @@
+// The specgraph command-line program.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "metadata_command.hpp"
+
+namespace {
+
+constexpr const char* usage =
+    "usage: specgraph <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  metadata expand     read an expand-page-table case as JSON on stdin, print the result\n"
+    "  metadata fallback   read a sparse-fallback case as JSON on stdin, print the indices\n"
+    "  help                this text\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << usage;
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "metadata" && args.size() == 2 && args[1] == "expand") {
+    return specgraph::tools::metadata_expand(std::cin, std::cout, std::cerr);
+  }
+  if (args[0] == "metadata" && args.size() == 2 && args[1] == "fallback") {
+    return specgraph::tools::metadata_fallback(std::cin, std::cout, std::cerr);
+  }
+  std::cerr << "specgraph: error: unknown command '";
+  for (std::size_t i = 0; i < args.size(); ++i) std::cerr << (i ? " " : "") << args[i];
+  std::cerr << "' (run 'specgraph help')\n";
+  return 2;
+}

@@ -1,0 +1,173 @@
+#include "metadata_command.hpp"
+
+#include <cstdint>
+#include <istream>
+#include <iterator>
+#include <limits>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "expand_page_table.hpp"
+#include "json.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/guard.hpp"
+#include "specgraph/metadata.hpp"
+
+namespace specgraph::tools {
+namespace {
+
+std::int32_t as_int32(const json& v, const std::string& field) {
+  const std::int64_t x = as_int(v, field);
+  if (x < std::numeric_limits<std::int32_t>::min() ||
+      x > std::numeric_limits<std::int32_t>::max()) {
+    throw json_error(field + ": " + std::to_string(x) + " does not fit in int32");
+  }
+  return static_cast<std::int32_t>(x);
+}
+
+const json& required(const json& object, const std::string& key) {
+  const json* v = member(object, key);
+  if (v == nullptr) throw json_error(key + ": missing");
+  return *v;
+}
+
+json read_object(std::istream& in) {
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return json::parse(text);
+}
+
+template <class T>
+void write_list(std::ostream& out, const T* data, std::size_t n) {
+  out << '[';
+  for (std::size_t i = 0; i < n; ++i) out << (i ? "," : "") << data[i];
+  out << ']';
+}
+
+void write_violation(std::ostream& out, const guard_word& g) {
+  out << "{\"kind\":" << quote(to_string(static_cast<violation_kind>(g.kind)))
+      << ",\"kernel\":" << quote(to_string(static_cast<kernel_id>(g.kernel)))
+      << ",\"row\":" << g.row << ",\"column\":" << g.column << ",\"capacity\":" << g.capacity
+      << ",\"value\":" << g.value << ",\"count\":" << g.violations << '}';
+}
+
+template <class Body>
+int guarded(std::ostream& err, Body body) {
+  try {
+    body();
+    return 0;
+  } catch (const json_error& e) {
+    err << "specgraph: error: " << e.what() << '\n';
+  } catch (const invalid_argument& e) {
+    err << "specgraph: error: " << e.what() << '\n';
+  }
+  return 2;
+}
+
+}  // namespace
+
+int metadata_expand(std::istream& in, std::ostream& out, std::ostream& err) {
+  return guarded(err, [&] {
+    const json doc = read_object(in);
+    expect_only_keys(doc, {"page_size", "topk", "decode_length", "slots_read", "last_page_len",
+                           "cache_loc", "capacity"});
+    expand_params p;
+    p.page_size = as_int32(required(doc, "page_size"), "page_size");
+    p.topk = as_int32(required(doc, "topk"), "topk");
+    p.decode_length = as_int32(required(doc, "decode_length"), "decode_length");
+    p.capacity = as_int32(required(doc, "capacity"), "capacity");
+    const json* slots_read = member(doc, "slots_read");
+    p.slots_read = slots_read ? as_int32(*slots_read, "slots_read") : p.decode_length;
+
+    std::vector<std::int32_t> last_page_len;
+    const auto& lpl = as_array(required(doc, "last_page_len"), "last_page_len");
+    for (std::size_t i = 0; i < lpl.size(); ++i) {
+      last_page_len.push_back(as_int32(lpl[i], "last_page_len[" + std::to_string(i) + "]"));
+    }
+    if (last_page_len.empty()) throw json_error("last_page_len: empty (batch must be >= 1)");
+    p.batch = static_cast<std::int32_t>(last_page_len.size());
+
+    const auto& rows = as_array(required(doc, "cache_loc"), "cache_loc");
+    const std::int64_t want_rows = static_cast<std::int64_t>(p.batch) * std::max(p.topk, 1);
+    if (static_cast<std::int64_t>(rows.size()) != want_rows) {
+      throw json_error("cache_loc: " + std::to_string(rows.size()) +
+                       " rows, expected batch * topk = " + std::to_string(want_rows));
+    }
+    std::vector<std::int64_t> cache_loc;
+    std::size_t width = 0;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const std::string field = "cache_loc[" + std::to_string(r) + "]";
+      const auto& row = as_array(rows[r], field);
+      if (r == 0) width = row.size();
+      if (row.size() != width) {
+        throw json_error(field + ": " + std::to_string(row.size()) +
+                         " slots, expected the width of row 0, " + std::to_string(width));
+      }
+      for (std::size_t j = 0; j < row.size(); ++j) {
+        cache_loc.push_back(as_int(row[j], field + "[" + std::to_string(j) + "]"));
+      }
+    }
+    p.cache_loc_stride = static_cast<std::int64_t>(width);
+    p.cache_loc = cache_loc.data();
+    p.last_page_len = last_page_len.data();
+
+    const std::size_t n_rows = static_cast<std::size_t>(want_rows);
+    std::vector<std::int32_t> table(n_rows * static_cast<std::size_t>(std::max(p.capacity, 0)), 0);
+    std::vector<std::int32_t> cache_seqlen(n_rows, 0);
+    guard_word guard{};
+    p.page_table = table.data();
+    p.page_table_stride = p.capacity;
+    p.cache_seqlen = cache_seqlen.data();
+    p.guard = &guard;
+    validate_contents_host(p);  // throws naming the field; nothing written
+
+    // Row by row with a guard each, so every violating row is listed (a kernel launch records
+    // only the first violation in detail).
+    std::vector<guard_word> row_guards(n_rows, guard_word{});
+    for (std::size_t r = 0; r < n_rows; ++r) {
+      expand_params row_params = p;
+      row_params.guard = &row_guards[r];
+      kernels::expand_page_table_kernel::run_row(row_params, static_cast<std::int64_t>(r));
+    }
+
+    out << "{\"page_table\":[";
+    for (std::size_t r = 0; r < n_rows; ++r) {
+      out << (r ? "," : "");
+      write_list(out, table.data() + r * static_cast<std::size_t>(p.capacity),
+                 static_cast<std::size_t>(p.capacity));
+    }
+    out << "],\"cache_seqlen\":";
+    write_list(out, cache_seqlen.data(), n_rows);
+    out << ",\"violations\":[";
+    bool first = true;
+    for (const guard_word& g : row_guards) {
+      if (g.violations == 0) continue;
+      out << (first ? "" : ",");
+      write_violation(out, g);
+      first = false;
+    }
+    out << "]}\n";
+  });
+}
+
+int metadata_fallback(std::istream& in, std::ostream& out, std::ostream& err) {
+  return guarded(err, [&] {
+    const json doc = read_object(in);
+    expect_only_keys(doc, {"seq_len", "max_count", "capacity"});
+    const std::int32_t seq_len = as_int32(required(doc, "seq_len"), "seq_len");
+    const std::int32_t max_count = as_int32(required(doc, "max_count"), "max_count");
+    const std::int32_t capacity = as_int32(required(doc, "capacity"), "capacity");
+    std::vector<std::int32_t> indices(static_cast<std::size_t>(std::max(capacity, 1)), 0);
+    guard_word guard{};
+    const std::int32_t n =
+        sparse_fallback_host(seq_len, max_count, indices.data(), capacity, &guard);
+    out << "{\"indices\":";
+    write_list(out, indices.data(), static_cast<std::size_t>(n));
+    out << ",\"violations\":[";
+    if (guard.violations != 0) write_violation(out, guard);
+    out << "]}\n";
+  });
+}
+
+}  // namespace specgraph::tools
