@@ -1,0 +1,42 @@
+// A stand-in for an engine's forward kernel: per query row it folds everything the consumer of
+// the draft metadata reads (the step's expand row and cache_seqlen, the request's prefix row and
+// prefix_seqlen) into one value, so a test can compare replayed and eager forwards exactly.
+#pragma once
+
+#include <cstdint>
+
+#include "specgraph/config.hpp"
+#include "specgraph/row_kernel.hpp"
+
+namespace specgraph::testing {
+
+struct engine_probe_kernel {
+  struct params {
+    const std::int32_t* expand_table;
+    std::int32_t expand_capacity;
+    const std::int32_t* expand_cache_seqlen;
+    const std::int32_t* prefix_table;
+    std::int64_t prefix_stride;
+    std::int32_t prefix_capacity;
+    const std::int32_t* prefix_seqlen;
+    std::int32_t topk;
+    std::int64_t* out;  // [rows]
+  };
+  static constexpr const char* name = "engine_probe";
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
+    std::int64_t h = 1469598103934665603LL;
+    auto mix = [&h](std::int64_t v) { h = (h ^ v) * 1099511628211LL; };
+    for (std::int32_t c = 0; c < p.expand_capacity; ++c) mix(p.expand_table[row * p.expand_capacity + c]);
+    mix(p.expand_cache_seqlen[row]);
+    const std::int64_t request = row / p.topk;
+    for (std::int32_t c = 0; c < p.prefix_capacity; ++c) mix(p.prefix_table[request * p.prefix_stride + c]);
+    mix(p.prefix_seqlen[request]);
+    p.out[row] = h;
+  }
+};
+
+// The CUDA launcher (null in host-only builds); defined in engine_probe.cu / engine_probe_host.cpp.
+cuda_rows_fn engine_probe_cuda();
+
+}  // namespace specgraph::testing

@@ -1,0 +1,5 @@
+#include "engine_probe.hpp"
+
+namespace specgraph::testing {
+cuda_rows_fn engine_probe_cuda() { return nullptr; }
+}  // namespace specgraph::testing

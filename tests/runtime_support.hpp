@@ -1,0 +1,114 @@
+// A small simulated engine around draft_runtime for the conformance tests: a request pool with
+// paged req_to_token rows, random rounds laid out as in draft-metadata.md section 1, and a probe
+// forward captured into every graph.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "branch_layout.hpp"
+#include "engine_probe.hpp"
+#include "specgraph/runtime.hpp"
+#include "test_support.hpp"
+
+namespace specgraph::testing {
+
+struct host_round {
+  std::int32_t batch = 0;
+  std::vector<std::int32_t> req_pool_index, seq_len;
+  std::vector<std::int64_t> out_cache_loc;
+  round_inputs inputs() const {
+    round_inputs in;
+    in.batch = batch;
+    in.req_pool_index = req_pool_index.data();
+    in.seq_len = seq_len.data();
+    in.out_cache_loc = out_cache_loc.data();
+    return in;
+  }
+};
+
+class sim_engine {
+ public:
+  sim_engine(executor& ex, draft_config config, std::mt19937_64& rng) : ex_(&ex), config_(config) {
+    const std::int32_t ps = config.page_size;
+    const std::int32_t pages_per_row = (config.max_context_len + ps - 1) / ps;
+    // Pool row 0 is the padding target; its tokens sit on page 0 like the reserved dummy.
+    std::vector<std::int32_t> pages(static_cast<std::size_t>(config.pool_rows) * pages_per_row);
+    std::iota(pages.begin(), pages.end(), 1);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    req_to_token_.assign(static_cast<std::size_t>(config.pool_rows) * config.max_context_len, 0);
+    for (std::int32_t row = 1; row < config.pool_rows; ++row) {
+      for (std::int32_t pos = 0; pos < config.max_context_len; ++pos) {
+        req_to_token_[static_cast<std::size_t>(row) * config.max_context_len + pos] =
+            pages[static_cast<std::size_t>(row * pages_per_row + pos / ps)] * ps + pos % ps;
+      }
+    }
+    device_rtt_ = device_buffer(ex, req_to_token_.size() * sizeof(std::int32_t));
+    ex.copy_to_device(device_rtt_.data(), req_to_token_.data(),
+                      req_to_token_.size() * sizeof(std::int32_t));
+    runtime_ = std::make_unique<draft_runtime>(ex, config, engine_tables{device_rtt_.as<std::int32_t>()});
+    const std::size_t rows = static_cast<std::size_t>(runtime_->plan().max_bucket()) * config.topk;
+    probe_out_ = device_buffer(ex, rows * static_cast<std::size_t>(config.num_steps) * sizeof(std::int64_t));
+    ex.fill_bytes(probe_out_.data(), 0, probe_out_.size());
+    ex.synchronize();
+    runtime_->set_forward([this](const step_view& v) { probe_forward(v); });
+  }
+
+  void probe_forward(const step_view& v) {
+    engine_probe_kernel::params p{};
+    p.expand_table = v.expand_page_table;
+    p.expand_capacity = v.expand_capacity;
+    p.expand_cache_seqlen = v.expand_cache_seqlen;
+    p.prefix_table = v.prefix_page_table;
+    p.prefix_stride = v.prefix_stride;
+    p.prefix_capacity = v.prefix_capacity;
+    p.prefix_seqlen = v.prefix_seqlen;
+    p.topk = v.topk;
+    p.out = probe_out(v.step);
+    v.ex->launch(make_kernel_launch<engine_probe_kernel>(p, v.rows, engine_probe_cuda()));
+  }
+
+  std::int64_t* probe_out(std::int32_t step) const {
+    const std::size_t rows = static_cast<std::size_t>(runtime_->plan().max_bucket()) * config_.topk;
+    return probe_out_.as<std::int64_t>() + static_cast<std::size_t>(step) * rows;
+  }
+
+  host_round random_round(std::mt19937_64& rng, std::int32_t batch) const {
+    host_round r;
+    r.batch = batch;
+    const branch_round b = make_branch_round(rng, batch, config_.topk, config_.num_steps,
+                                             config_.page_size, config_.max_context_len);
+    r.seq_len = b.seq_len;
+    r.out_cache_loc = b.cache_loc;
+    std::vector<std::int32_t> rows(static_cast<std::size_t>(config_.pool_rows - 1));
+    std::iota(rows.begin(), rows.end(), 1);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    r.req_pool_index.assign(rows.begin(), rows.begin() + batch);
+    return r;
+  }
+
+  draft_runtime& rt() { return *runtime_; }
+  const std::vector<std::int32_t>& req_to_token() const { return req_to_token_; }
+  const draft_config& config() const { return config_; }
+
+  template <class T>
+  std::vector<T> read(const T* p, std::size_t n) const {
+    std::vector<T> out(n);
+    if (n > 0) ex_->copy_to_host(out.data(), p, n * sizeof(T));
+    return out;
+  }
+
+ private:
+  executor* ex_;
+  draft_config config_;
+  std::vector<std::int32_t> req_to_token_;
+  device_buffer device_rtt_;
+  std::unique_ptr<draft_runtime> runtime_;
+  device_buffer probe_out_;
+};
+
+}  // namespace specgraph::testing
