@@ -47,7 +47,8 @@ eager_round run_eager(const plan& pl, const std::vector<std::int32_t>& req_to_to
   e.bucket = pl.bucket_for(round.batch);
   const std::int32_t B = e.bucket;
   const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.num_steps;
-  std::vector<std::int32_t> pool(static_cast<std::size_t>(B), 0), seq(static_cast<std::size_t>(B), 1);
+  std::vector<std::int32_t> pool(static_cast<std::size_t>(B), 0),
+      seq(static_cast<std::size_t>(B), 1);
   std::vector<std::int64_t> slots(static_cast<std::size_t>(B) * per_request, 0);
   std::copy(round.req_pool_index.begin(), round.req_pool_index.end(), pool.begin());
   std::copy(round.seq_len.begin(), round.seq_len.end(), seq.begin());
@@ -126,13 +127,16 @@ void expect_replay_matches(sim_engine& eng, const eager_round& want, std::int32_
             want.last_page_len);
   EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("prefix.seqlen"), static_cast<std::size_t>(B)),
             want.prefix_seqlen);
-  EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("prefix.page_table"), static_cast<std::size_t>(B) * cols),
-            want.prefix_table);
-  EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("prefix.cu_seqlens_q"), static_cast<std::size_t>(B) + 1),
-            want.cu_seqlens_q);
+  EXPECT_EQ(
+      eng.read(rt.buffer<std::int32_t>("prefix.page_table"), static_cast<std::size_t>(B) * cols),
+      want.prefix_table);
+  EXPECT_EQ(
+      eng.read(rt.buffer<std::int32_t>("prefix.cu_seqlens_q"), static_cast<std::size_t>(B) + 1),
+      want.cu_seqlens_q);
   for (std::int32_t s = 0; s < depth; ++s) {
     SCOPED_TRACE("step " + std::to_string(s));
-    EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("expand.page_table", s), rows * static_cast<std::size_t>(s + 2)),
+    EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("expand.page_table", s),
+                       rows * static_cast<std::size_t>(s + 2)),
               want.expand_table[static_cast<std::size_t>(s)]);
     EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("expand.cache_seqlen", s), rows),
               want.cache_seqlen[static_cast<std::size_t>(s)]);
@@ -150,9 +154,9 @@ TEST_P(Runtime, ReplayEqualsEagerForRandomBatchesBucketsAndDepths) {
     SCOPED_TRACE("page_size " + std::to_string(ps));
     sim_engine eng(*ex, small_config(ps), rng);
     const capture_report report = eng.rt().capture();
-    EXPECT_EQ(report.graphs,
-              static_cast<std::int32_t>(eng.rt().plan().config.buckets.size()) * 4);
-    std::vector<bool> bucket_seen(static_cast<std::size_t>(eng.rt().plan().max_bucket()) + 1, false);
+    EXPECT_EQ(report.graphs, static_cast<std::int32_t>(eng.rt().plan().config.buckets.size()) * 4);
+    std::vector<bool> bucket_seen(static_cast<std::size_t>(eng.rt().plan().max_bucket()) + 1,
+                                  false);
     for (int round = 0; round < 60; ++round) {
       const auto batch = static_cast<std::int32_t>(1 + rng() % 12);
       const auto depth = static_cast<std::int32_t>(1 + rng() % 4);
@@ -194,7 +198,8 @@ TEST_P(Runtime, PaddedRowsAreResetEveryRound) {
   }
   // Padded rows point at page 0 only and read 1 + d tokens.
   for (std::int32_t s = 0; s < 4; ++s) {
-    const auto table = eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s), 24 * static_cast<std::size_t>(s + 2));
+    const auto table = eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s),
+                                24 * static_cast<std::size_t>(s + 2));
     const auto seqlen = eng.read(eng.rt().buffer<std::int32_t>("expand.cache_seqlen", s), 24);
     for (std::size_t row = 15; row < 24; ++row) {
       for (std::size_t col = 0; col < static_cast<std::size_t>(s + 2); ++col) {
@@ -220,21 +225,25 @@ TEST_P(Runtime, StepTablesIgnoreColumnsPastDecodeLength) {
   const std::size_t rows = static_cast<std::size_t>(eng.rt().staged_bucket()) * 3;
   std::vector<std::vector<std::int32_t>> tables;
   for (std::int32_t s = 0; s < 6; ++s) {
-    tables.push_back(eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s), rows * static_cast<std::size_t>(s + 2)));
+    tables.push_back(eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s),
+                              rows * static_cast<std::size_t>(s + 2)));
   }
   for (std::int32_t s = 0; s < 6; ++s) {
     host_round garbage = r;
     for (std::size_t row = 0; row < 30; ++row) {
       for (std::int32_t j = s + 1; j < 6; ++j) {
-        garbage.out_cache_loc[row * 6 + static_cast<std::size_t>(j)] = static_cast<std::int64_t>(rng() % (1 << 20));
+        garbage.out_cache_loc[row * 6 + static_cast<std::size_t>(j)] =
+            static_cast<std::int64_t>(rng() % (1 << 20));
       }
     }
     eng.rt().stage(garbage.inputs());
     eng.rt().run_round(s + 1);
-    EXPECT_EQ(eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s), rows * static_cast<std::size_t>(s + 2)),
+    EXPECT_EQ(eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s),
+                       rows * static_cast<std::size_t>(s + 2)),
               tables[static_cast<std::size_t>(s)])
         << "step " << s;
-    EXPECT_EQ(eng.rt().read_guards()[static_cast<std::size_t>(guard_index_expand(s))].violations, 0);
+    EXPECT_EQ(eng.rt().read_guards()[static_cast<std::size_t>(guard_index_expand(s))].violations,
+              0);
   }
 }
 
@@ -275,7 +284,8 @@ TEST_P(Runtime, BadRoundInputIsRejectedBeforeAnythingIsWritten) {
       EXPECT_EQ(e.field(), field) << e.what();
       EXPECT_NE(std::string(e.what()).find(detail), std::string::npos) << e.what();
     }
-    EXPECT_TRUE(snapshot() == before) << "a rejected round wrote into the static inputs (" << field << ")";
+    EXPECT_TRUE(snapshot() == before)
+        << "a rejected round wrote into the static inputs (" << field << ")";
   };
   host_round r = eng.random_round(rng, 13);
   expect_rejected(r, "batch", "13 is outside [1, max_batch 12]");
@@ -336,7 +346,8 @@ TEST_P(Runtime, ForwardFailureDuringCaptureNamesBucketAndStepAndRecovers) {
       EXPECT_EQ(e.step(), step);
       const std::string what = e.what();
       EXPECT_NE(what.find("bucket " + std::to_string(bucket) + ", step " + std::to_string(step)),
-                std::string::npos) << what;
+                std::string::npos)
+          << what;
       EXPECT_NE(what.find(detail), std::string::npos) << what;
     }
     EXPECT_FALSE(ex->capturing());
@@ -410,8 +421,8 @@ TEST_P(Runtime, DotFilesDescribeEveryGraph) {
   c.buckets = {6, 12};
   sim_engine eng(*ex, c, rng);
   eng.rt().capture();
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("specgraph_dot_" + std::to_string(rng()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("specgraph_dot_" + std::to_string(rng()));
   std::filesystem::create_directories(dir);
   eng.rt().write_dot(dir.string());
   std::size_t files = 0;
@@ -427,6 +438,143 @@ TEST_P(Runtime, DotFilesDescribeEveryGraph) {
   }
   EXPECT_EQ(files, 8u);
   std::filesystem::remove_all(dir);
+}
+
+// An engine's forward stages sparse vertical/slash indices inside the captured graphs through the
+// StepView's sparse buffers; the replayed buffers equal an eager host staging of the same input.
+TEST_P(Runtime, ForwardStagesSparseIndicesInsideTheGraph) {
+  std::mt19937_64 rng(test_seed());
+  draft_config c = small_config(4);
+  c.sparse = sparse_config{4, {4, 4, 4, 4}, {4, 4, 4, 4}, 128};
+  sim_engine eng(*ex, c, rng);
+  const std::vector<sparse_stage> stages = sparse_stages(128, 48);
+  // The last chunk (prev 96) has all three stage kinds.
+  const std::vector<sparse_stage> last(stages.end() - 3, stages.end());
+  eng.rt().set_forward([&](const step_view& v) {
+    eng.probe_forward(v);
+    ASSERT_TRUE(v.sparse.enabled());
+    for (const sparse_stage& st : last) launch_sparse_stage(*v.ex, v.sparse.params(st));
+  });
+  eng.rt().capture();
+  const step_view v = eng.rt().view(12, 0);
+  for (int round = 0; round < 5; ++round) {
+    // A fresh selection per round, written outside capture into the static sparse inputs. Head 1
+    // selects nothing, so every stage slot of it takes the capacity-capped fallback.
+    std::vector<std::int32_t> vin(16), sin(16), vcount{4, 0, 4, 2}, scount{4, 0, 3, 4};
+    for (auto& x : vin) x = static_cast<std::int32_t>(rng() % 128);
+    for (auto& x : sin) x = static_cast<std::int32_t>(rng() % 128);
+    ex->copy_to_device(v.sparse.vertical_in, vin.data(), vin.size() * 4);
+    ex->copy_to_device(v.sparse.slash_in, sin.data(), sin.size() * 4);
+    ex->copy_to_device(v.sparse.vertical_count_in, vcount.data(), 16);
+    ex->copy_to_device(v.sparse.slash_count_in, scount.data(), 16);
+    eng.rt().stage(eng.random_round(rng, 4).inputs());
+    eng.rt().run_round(2);
+    ASSERT_EQ(eng.rt().read_guards()[static_cast<std::size_t>(guard_index_sparse(c, 0))].violations,
+              0);
+    const std::vector<std::int32_t> sizes{4, 4, 4, 4};
+    for (const sparse_stage& st : last) {
+      SCOPED_TRACE(to_string(st.kind));
+      const auto& out = v.sparse.stages[static_cast<int>(st.kind)];
+      ASSERT_EQ(out.vertical_capacity, 4);
+      std::vector<std::int32_t> want_v(16, -1), want_vc(4, -1), want_s(16, -1), want_sc(4, -1);
+      guard_word g{};
+      sparse_stage_params p;
+      p.vertical = vin.data();
+      p.vertical_stride = 4;
+      p.vertical_count = vcount.data();
+      p.vertical_size = sizes.data();
+      p.slash = sin.data();
+      p.slash_stride = 4;
+      p.slash_count = scount.data();
+      p.slash_size = sizes.data();
+      p.heads = 4;
+      p.stage = st;
+      p.out_vertical = want_v.data();
+      p.vertical_capacity = 4;
+      p.out_vertical_count = want_vc.data();
+      p.out_slash = want_s.data();
+      p.slash_capacity = 4;
+      p.out_slash_count = want_sc.data();
+      p.guard = &g;
+      sparse_stage_host(p);
+      EXPECT_EQ(eng.read(out.vertical, 16), want_v);
+      EXPECT_EQ(eng.read(out.vertical_count, 4), want_vc);
+      EXPECT_EQ(eng.read(out.slash, 16), want_s);
+      EXPECT_EQ(eng.read(out.slash_count, 4), want_sc);
+      EXPECT_GT(want_vc[1], 0) << "head 1 must have fallen back";
+    }
+  }
+}
+
+// After a CUDA error the runtime refuses further work instead of replaying into a broken context.
+// The fault is injected by an executor wrapper, so this runs on every machine.
+class faulty_executor final : public executor {
+ public:
+  explicit faulty_executor(std::unique_ptr<executor> inner) : inner_(std::move(inner)) {}
+  bool fail_next_graph_launch = false;
+  const char* name() const noexcept override { return inner_->name(); }
+  device_stream stream() const noexcept override { return inner_->stream(); }
+  void* allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
+  void deallocate(void* p) noexcept override { inner_->deallocate(p); }
+  void copy_to_device(void* d, const void* s, std::size_t n) override {
+    inner_->copy_to_device(d, s, n);
+  }
+  void copy_on_device(void* d, const void* s, std::size_t n) override {
+    inner_->copy_on_device(d, s, n);
+  }
+  void copy_to_host(void* d, const void* s, std::size_t n) override {
+    inner_->copy_to_host(d, s, n);
+  }
+  void fill_bytes(void* d, unsigned char v, std::size_t n) override { inner_->fill_bytes(d, v, n); }
+  void launch(const kernel_launch& k) override { inner_->launch(k); }
+  void synchronize() override { inner_->synchronize(); }
+  void begin_capture() override { inner_->begin_capture(); }
+  std::unique_ptr<graph> end_capture() override { return inner_->end_capture(); }
+  void abort_capture() noexcept override { inner_->abort_capture(); }
+  bool capturing() const noexcept override { return inner_->capturing(); }
+  std::unique_ptr<graph_exec> instantiate(const graph& g) override {
+    return inner_->instantiate(g);
+  }
+  bool update(graph_exec& e, const graph& g) override { return inner_->update(e, g); }
+  void launch_graph(graph_exec& e) override {
+    if (fail_next_graph_launch) {
+      throw cuda_error(700, "cudaGraphLaunch failed: cudaErrorIllegalAddress (injected)");
+    }
+    inner_->launch_graph(e);
+  }
+
+ private:
+  std::unique_ptr<executor> inner_;
+};
+
+TEST_P(Runtime, RefusesFurtherWorkAfterACudaError) {
+  std::mt19937_64 rng(test_seed());
+  faulty_executor faulty(std::move(ex));
+  sim_engine eng(faulty, small_config(4), rng);
+  eng.rt().capture();
+  const host_round r = eng.random_round(rng, 6);
+  eng.rt().stage(r.inputs());
+  eng.rt().run_round(4);
+  faulty.fail_next_graph_launch = true;
+  eng.rt().stage(r.inputs());
+  EXPECT_THROW(eng.rt().replay(0), cuda_error);
+  faulty.fail_next_graph_launch = false;  // even with the device "healthy" again
+  for (auto attempt : {0, 1, 2}) {
+    try {
+      if (attempt == 0) eng.rt().replay(0);
+      if (attempt == 1) eng.rt().stage(r.inputs());
+      if (attempt == 2) eng.rt().capture();
+      ADD_FAILURE() << "attempt " << attempt << " should have been refused";
+    } catch (const cuda_error&) {
+      ADD_FAILURE() << "refusal must not look like a new CUDA error";
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find("refuses to continue after a CUDA error"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("cudaErrorIllegalAddress"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(Runtime);

@@ -1,0 +1,185 @@
+// plan(): exact static buffer sizes, one arena, the default buckets, the sizing report.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "specgraph/error.hpp"
+#include "specgraph/guard.hpp"
+#include "specgraph/plan.hpp"
+
+namespace specgraph {
+namespace {
+
+draft_config config(std::int32_t max_batch = 32, std::int32_t topk = 4, std::int32_t steps = 5,
+                    std::int32_t ps = 16, std::int32_t ctx = 1024) {
+  draft_config c;
+  c.max_batch = max_batch;
+  c.topk = topk;
+  c.num_steps = steps;
+  c.page_size = ps;
+  c.max_context_len = ctx;
+  c.pool_rows = 64;
+  c.kv_slots = 1 << 20;
+  return c;
+}
+
+TEST(DefaultBuckets, FollowTheCommonListCappedAtMaxBatch) {
+  std::vector<std::int32_t> want{1,  2,  3,  4,  5,  6,  7,  8,  10, 12,
+                                 14, 16, 18, 20, 22, 24, 26, 28, 30, 32};
+  EXPECT_EQ(default_buckets(32), want);
+  want.push_back(33);
+  EXPECT_EQ(default_buckets(33), want);
+  const auto big = default_buckets(300);
+  EXPECT_EQ(big[big.size() - 4], 256);
+  EXPECT_EQ(big[big.size() - 3], 272);
+  EXPECT_EQ(big[big.size() - 2], 288);
+  EXPECT_EQ(big.back(), 300);
+  EXPECT_TRUE(std::is_sorted(big.begin(), big.end()));
+  EXPECT_EQ(std::count(big.begin(), big.end(), 44), 1);
+  EXPECT_EQ(std::count(big.begin(), big.end(), 42), 0);
+  EXPECT_EQ(default_buckets(1), std::vector<std::int32_t>{1});
+}
+
+TEST(Plan, StepTablesAreExactlyDPlusOneWideAndPrefixExistsOnce) {
+  for (const std::int32_t steps : {1, 3, 5, 8}) {
+    const plan p = make_plan(config(32, 4, steps, 16, 1000));
+    for (std::int32_t s = 0; s < steps; ++s) {
+      const buffer_spec& t = p.find("expand.page_table", s);
+      EXPECT_EQ(t.shape, (std::vector<std::int64_t>{32 * 4, s + 2}));
+      EXPECT_EQ(t.capacity, s + 2);
+      EXPECT_EQ(t.bytes, static_cast<std::size_t>(32 * 4 * (s + 2) * 4));
+      EXPECT_EQ(p.find("expand.cache_seqlen", s).shape, (std::vector<std::int64_t>{128}));
+    }
+    EXPECT_THROW(p.find("expand.page_table", steps), error);
+    const buffer_spec& prefix = p.find("prefix.page_table");
+    EXPECT_EQ(prefix.shape, (std::vector<std::int64_t>{32, 63}));  // ceil(1000 / 16)
+    EXPECT_EQ(std::count_if(p.buffers.begin(), p.buffers.end(),
+                            [](const buffer_spec& b) { return b.name == "prefix.page_table"; }),
+              1);
+    EXPECT_EQ(p.find("input.out_cache_loc").shape, (std::vector<std::int64_t>{32, 4, steps}));
+    EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{1 + steps}));
+    EXPECT_EQ(p.find("guards").bytes, static_cast<std::size_t>(1 + steps) * sizeof(guard_word));
+  }
+}
+
+TEST(Plan, BuffersAreAlignedDisjointAndInsideOneArena) {
+  draft_config c = config(64, 8, 5, 16, 4096);
+  c.sparse = sparse_config{4, {4, 2, 4, 3}, {4, 4, 1, 0}, 128};
+  const plan p = make_plan(c);
+  std::vector<const buffer_spec*> sorted;
+  for (const buffer_spec& b : p.buffers) sorted.push_back(&b);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const buffer_spec* a, const buffer_spec* b) { return a->offset < b->offset; });
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    EXPECT_EQ(sorted[i]->offset % sorted[i]->alignment, 0u) << sorted[i]->name;
+    if (i + 1 < sorted.size()) {
+      EXPECT_LE(sorted[i]->offset + sorted[i]->bytes, sorted[i + 1]->offset) << sorted[i]->name;
+    }
+  }
+  EXPECT_LE(sorted.back()->offset + sorted.back()->bytes, p.total_bytes);
+  EXPECT_EQ(p.total_bytes % arena_alignment, 0u);
+  // The three small inputs are packed so stage() copies them with one transfer.
+  EXPECT_EQ(p.find("input.req_pool_index").offset, p.find("input.real_batch").offset + 4);
+  EXPECT_EQ(p.find("input.seq_len").offset, p.find("input.req_pool_index").offset + 64 * 4);
+  // Sparse buffers sized per head: the largest head size clamped to the keys seen.
+  EXPECT_EQ(p.find("sparse.intra.vertical").shape, (std::vector<std::int64_t>{4, 4}));
+  EXPECT_EQ(p.find("sparse.inter.slash").shape, (std::vector<std::int64_t>{4, 4}));
+  EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{1 + 5 + 3}));
+}
+
+TEST(Plan, SparseCapacityClampsToTheKeysSeen) {
+  draft_config c = config();
+  c.sparse = sparse_config{2, {64, 8}, {3, 5}, 10};
+  const plan p = make_plan(c);
+  EXPECT_EQ(p.find("sparse.succ.vertical").capacity, 10);
+  EXPECT_EQ(p.find("sparse.succ.slash").capacity, 5);
+  EXPECT_EQ(p.find("sparse.vertical_in").capacity, 64);
+}
+
+TEST(Plan, ReportComparesWithTodaysEngineSizing) {
+  const plan p = make_plan(config(32, 4, 5, 16, 1024));
+  // Today: prefix 1024 columns x 32 rows x 5 steps; expand 5 columns x 128 rows x 5 steps.
+  EXPECT_EQ(p.today.prefix_table_bytes, 5u * 32 * 1024 * 4);
+  EXPECT_EQ(p.today.expand_table_bytes, 5u * 128 * 5 * 4);
+  EXPECT_EQ(p.our_prefix_table_bytes, 32u * 64 * 4);
+  EXPECT_EQ(p.our_expand_table_bytes, 128u * (2 + 3 + 4 + 5 + 6) * 4);
+  EXPECT_GT(p.today.total_bytes, 20 * p.total_bytes / 10);
+  const std::string text = p.report_text();
+  EXPECT_NE(text.find("expand.page_table"), std::string::npos);
+  EXPECT_NE(text.find("[128x6]"), std::string::npos) << text;
+  EXPECT_NE(text.find(std::to_string(p.total_bytes) + " bytes in one allocation"),
+            std::string::npos);
+  const std::string json = p.report_json();
+  EXPECT_NE(json.find("\"total_bytes\":" + std::to_string(p.total_bytes)), std::string::npos);
+  EXPECT_NE(json.find("\"name\":\"expand.page_table\",\"step\":4,\"shape\":[128,6]"),
+            std::string::npos)
+      << json;
+}
+
+TEST(Plan, BucketForPicksTheSmallestBucketAtLeastTheBatch) {
+  draft_config c = config(40);
+  c.buckets = {4, 16, 40};
+  const plan p = make_plan(c);
+  EXPECT_EQ(p.bucket_for(1), 4);
+  EXPECT_EQ(p.bucket_for(4), 4);
+  EXPECT_EQ(p.bucket_for(5), 16);
+  EXPECT_EQ(p.bucket_for(40), 40);
+  try {
+    (void)p.bucket_for(41);
+    FAIL();
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(e.field(), "batch");
+    EXPECT_NE(std::string(e.what()).find("41 exceeds the largest bucket 40"), std::string::npos);
+  }
+  EXPECT_THROW((void)p.bucket_for(0), invalid_argument);
+}
+
+TEST(Plan, InvalidConfigsNameTheField) {
+  struct bad {
+    void (*mutate)(draft_config&);
+    const char* field;
+    const char* detail;
+  };
+  const bad cases[] = {
+      {[](draft_config& c) { c.topk = 0; }, "topk", "0 is below the minimum 1"},
+      {[](draft_config& c) { c.page_size = -16; }, "page_size", "-16 is below the minimum 1"},
+      {[](draft_config& c) { c.num_steps = 0; }, "num_steps", "0"},
+      {[](draft_config& c) { c.max_batch = 0; }, "max_batch", "0"},
+      {[](draft_config& c) { c.max_context_len = 0; }, "max_context_len", "0"},
+      {[](draft_config& c) { c.pool_rows = 0; }, "pool_rows", "0"},
+      {[](draft_config& c) { c.kv_slots = 0; }, "kv_slots", "0"},
+      {[](draft_config& c) {
+         c.buckets = {1, 8, 8, 32};
+       },
+       "buckets[2]", "8 is below the minimum 9"},
+      {[](draft_config& c) {
+         c.buckets = {1, 8, 16};
+       },
+       "buckets", "the largest bucket 16 is below max_batch 32"},
+      {[](draft_config& c) {
+         c.sparse = sparse_config{2, {4}, {4, 4}, 64};
+       },
+       "sparse.vertical_size", "1 entries, expected heads = 2"},
+      {[](draft_config& c) {
+         c.sparse = sparse_config{1, {-1}, {4}, 64};
+       },
+       "sparse.vertical_size[0]", "-1"},
+  };
+  for (const bad& b : cases) {
+    draft_config c = config();
+    b.mutate(c);
+    try {
+      (void)make_plan(c);
+      ADD_FAILURE() << "expected rejection of " << b.field;
+    } catch (const invalid_argument& e) {
+      EXPECT_EQ(e.field(), b.field) << e.what();
+      EXPECT_NE(std::string(e.what()).find(b.detail), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specgraph
