@@ -1,0 +1,21 @@
+# ctest driver: install this build into a scratch prefix, build the engine stand-in against the
+# installed package (find_package), and also through add_subdirectory; run both.
+# Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR.
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+file(REMOVE_RECURSE ${WORK_DIR})
+run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/install)
+run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/engine_consumer -B ${WORK_DIR}/installed
+         -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/install)
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/installed)
+run_step(${WORK_DIR}/installed/engine_consumer)
+run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/engine_consumer -B ${WORK_DIR}/subdirectory
+         -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DSPECGRAPH_SOURCE_DIR=${SOURCE_DIR})
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/subdirectory)
+run_step(${WORK_DIR}/subdirectory/engine_consumer)
