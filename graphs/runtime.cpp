@@ -57,12 +57,14 @@ draft_runtime::draft_runtime(executor& ex, const draft_config& config, engine_ta
   SPECGRAPH_EXPECTS(tables.req_to_token != nullptr, "req_to_token", "null pointer");
   const draft_config& c = plan_.config;
   {
-    detail::nvtx_range r(detail::nvtx_register("plan"), static_cast<std::int64_t>(plan_.total_bytes));
+    detail::nvtx_range r(detail::nvtx_register("plan"),
+                         static_cast<std::int64_t>(plan_.total_bytes));
     arena_ = device_buffer(ex, plan_.total_bytes);
     // Everything starts defined: zero inputs, tables and guards.
     ex.fill_bytes(arena_.data(), 0, plan_.total_bytes);
     if (c.sparse) {
-      ex.copy_to_device(buffer<std::int32_t>("sparse.vertical_size"), c.sparse->vertical_size.data(),
+      ex.copy_to_device(buffer<std::int32_t>("sparse.vertical_size"),
+                        c.sparse->vertical_size.data(),
                         c.sparse->vertical_size.size() * sizeof(std::int32_t));
       ex.copy_to_device(buffer<std::int32_t>("sparse.slash_size"), c.sparse->slash_size.data(),
                         c.sparse->slash_size.size() * sizeof(std::int32_t));
@@ -75,9 +77,8 @@ draft_runtime::draft_runtime(executor& ex, const draft_config& config, engine_ta
 
   const std::size_t max_bucket = static_cast<std::size_t>(plan_.max_bucket());
   staging_small_.assign(1 + 2 * max_bucket, 0);
-  staging_cache_loc_.assign(max_bucket * static_cast<std::size_t>(c.topk) *
-                                static_cast<std::size_t>(c.num_steps),
-                            0);
+  staging_cache_loc_.assign(
+      max_bucket * static_cast<std::size_t>(c.topk) * static_cast<std::size_t>(c.num_steps), 0);
   // NVTX messages are registered once here, so the hot paths only push handles.
   for (std::int32_t s = 0; s < c.num_steps; ++s) {
     nvtx_capture_.push_back(detail::nvtx_register(("capture step " + std::to_string(s)).c_str()));
@@ -93,7 +94,9 @@ unsigned char* draft_runtime::arena_base() const noexcept {
   return arena_.as<unsigned char>();
 }
 
-void draft_runtime::set_forward(forward_fn f) { forward_all_ = std::move(f); }
+void draft_runtime::set_forward(forward_fn f) {
+  forward_all_ = std::move(f);
+}
 
 void draft_runtime::set_forward(std::int32_t step, forward_fn f) {
   SPECGRAPH_EXPECTS(step >= 0 && step < plan_.config.num_steps, "step",
@@ -104,9 +107,9 @@ void draft_runtime::set_forward(std::int32_t step, forward_fn f) {
 
 step_view draft_runtime::view(std::int32_t bucket, std::int32_t step) const {
   const draft_config& c = plan_.config;
-  SPECGRAPH_EXPECTS(step >= 0 && step < c.num_steps, "step",
-                    std::to_string(step) + " is outside [0, num_steps " +
-                        std::to_string(c.num_steps) + ")");
+  SPECGRAPH_EXPECTS(
+      step >= 0 && step < c.num_steps, "step",
+      std::to_string(step) + " is outside [0, num_steps " + std::to_string(c.num_steps) + ")");
   SPECGRAPH_EXPECTS(std::binary_search(c.buckets.begin(), c.buckets.end(), bucket), "bucket",
                     std::to_string(bucket) + " is not one of the planned buckets");
   step_view v;
@@ -205,13 +208,13 @@ void draft_runtime::record_graph_body(std::int32_t bucket, std::int32_t step) {
   e.layout_check_batch = c.checked ? v.real_batch : nullptr;
   launch_expand_page_table(*ex_, e);
 
-  const forward_fn& f =
-      forwards_[static_cast<std::size_t>(step)] ? forwards_[static_cast<std::size_t>(step)]
-                                                : forward_all_;
+  const forward_fn& f = forwards_[static_cast<std::size_t>(step)]
+                            ? forwards_[static_cast<std::size_t>(step)]
+                            : forward_all_;
   if (f) f(v);
 }
 
-capture_report draft_runtime::capture() {
+capture_report draft_runtime::capture(const std::function<void(int, int)>& progress) {
   ensure_usable();
   const draft_config& c = plan_.config;
   capture_report report;
@@ -240,8 +243,8 @@ capture_report draft_runtime::capture() {
       }
       t.capture_seconds = seconds_since(t0);
       t.nodes = g->node_count();
-      graph_slot& slot = *graphs_[bi * static_cast<std::size_t>(c.num_steps) +
-                                  static_cast<std::size_t>(s)];
+      graph_slot& slot =
+          *graphs_[bi * static_cast<std::size_t>(c.num_steps) + static_cast<std::size_t>(s)];
       const auto t1 = clock_type::now();
       if (slot.exec && ex_->update(*slot.exec, *g)) {
         t.updated = true;
@@ -254,6 +257,9 @@ capture_report draft_runtime::capture() {
       slot.captured = std::move(g);
       report.per_graph.push_back(t);
       ++report.graphs;
+      if (progress) {
+        progress(report.graphs, static_cast<int>(c.buckets.size()) * c.num_steps);
+      }
     }
   }
   report.total_seconds = seconds_since(start);
@@ -282,9 +288,9 @@ void draft_runtime::stage(const round_inputs& in) {
   ensure_usable();
   const draft_config& c = plan_.config;
   detail::nvtx_range r(nvtx_stage_, in.batch);
-  SPECGRAPH_EXPECTS(in.batch >= 1 && in.batch <= c.max_batch, "batch",
-                    std::to_string(in.batch) + " is outside [1, max_batch " +
-                        std::to_string(c.max_batch) + "]");
+  SPECGRAPH_EXPECTS(
+      in.batch >= 1 && in.batch <= c.max_batch, "batch",
+      std::to_string(in.batch) + " is outside [1, max_batch " + std::to_string(c.max_batch) + "]");
   SPECGRAPH_EXPECTS(in.req_pool_index != nullptr, "req_pool_index", "null pointer");
   SPECGRAPH_EXPECTS(in.seq_len != nullptr, "seq_len", "null pointer");
   SPECGRAPH_EXPECTS(in.out_cache_loc != nullptr, "out_cache_loc", "null pointer");
@@ -298,9 +304,9 @@ void draft_runtime::stage(const round_inputs& in) {
   std::int32_t* seq_len = pool_index + max_bucket;
   for (std::int32_t r_ = 0; r_ < in.batch; ++r_) {
     const std::int32_t p = in.req_pool_index[r_];
-    SPECGRAPH_EXPECTS(p >= 0 && p < c.pool_rows, indexed("req_pool_index", r_),
-                      std::to_string(p) + " is outside [0, pool_rows " +
-                          std::to_string(c.pool_rows) + ")");
+    SPECGRAPH_EXPECTS(
+        p >= 0 && p < c.pool_rows, indexed("req_pool_index", r_),
+        std::to_string(p) + " is outside [0, pool_rows " + std::to_string(c.pool_rows) + ")");
     const std::int32_t len = in.seq_len[r_];
     SPECGRAPH_EXPECTS(len >= 1 && len <= c.max_context_len, indexed("seq_len", r_),
                       std::to_string(len) + " is outside [1, max_context_len " +
@@ -313,12 +319,11 @@ void draft_runtime::stage(const round_inputs& in) {
     const std::int64_t slot = in.out_cache_loc[i];
     if (slot < 0 || slot >= c.kv_slots) {
       const std::size_t row = i / static_cast<std::size_t>(c.num_steps);
-      SPECGRAPH_EXPECTS(false,
-                        "out_cache_loc[" + std::to_string(row / c.topk) + "][" +
-                            std::to_string(row % c.topk) + "][" +
-                            std::to_string(i % static_cast<std::size_t>(c.num_steps)) + "]",
-                        std::to_string(slot) + " is outside [0, kv_slots " +
-                            std::to_string(c.kv_slots) + ")");
+      SPECGRAPH_EXPECTS(
+          false,
+          "out_cache_loc[" + std::to_string(row / c.topk) + "][" + std::to_string(row % c.topk) +
+              "][" + std::to_string(i % static_cast<std::size_t>(c.num_steps)) + "]",
+          std::to_string(slot) + " is outside [0, kv_slots " + std::to_string(c.kv_slots) + ")");
     }
   }
   std::memcpy(staging_cache_loc_.data(), in.out_cache_loc, real_slots * sizeof(std::int64_t));
@@ -351,18 +356,18 @@ void draft_runtime::replay(std::int32_t step) {
   const draft_config& c = plan_.config;
   if (!captured_) throw error("replay before capture(): no graphs exist yet");
   if (bucket_ == 0) throw error("replay before stage(): no round inputs are staged");
-  SPECGRAPH_EXPECTS(step >= 0 && step < c.num_steps, "step",
-                    std::to_string(step) + " is outside [0, num_steps " +
-                        std::to_string(c.num_steps) + ")");
-  SPECGRAPH_EXPECTS(step == 0 || step == next_step_, "step",
-                    std::to_string(step) + " replayed out of order: the next step of this round is " +
-                        std::to_string(next_step_) +
-                        " (step 0 computes the round's prefix metadata)");
+  SPECGRAPH_EXPECTS(
+      step >= 0 && step < c.num_steps, "step",
+      std::to_string(step) + " is outside [0, num_steps " + std::to_string(c.num_steps) + ")");
+  SPECGRAPH_EXPECTS(
+      step == 0 || step == next_step_, "step",
+      std::to_string(step) + " replayed out of order: the next step of this round is " +
+          std::to_string(next_step_) + " (step 0 computes the round's prefix metadata)");
   detail::nvtx_range r(nvtx_replay_[static_cast<std::size_t>(step)], bucket_,
                        static_cast<std::uint32_t>(step + 1));
-  graph_slot& slot = *graphs_[static_cast<std::size_t>(bucket_index_) *
-                                  static_cast<std::size_t>(c.num_steps) +
-                              static_cast<std::size_t>(step)];
+  graph_slot& slot =
+      *graphs_[static_cast<std::size_t>(bucket_index_) * static_cast<std::size_t>(c.num_steps) +
+               static_cast<std::size_t>(step)];
   guarding_cuda([&] { ex_->launch_graph(*slot.exec); });
   next_step_ = step + 1;
 }
@@ -370,9 +375,9 @@ void draft_runtime::replay(std::int32_t step) {
 void draft_runtime::run_round(std::int32_t depth) {
   ensure_usable();
   const draft_config& c = plan_.config;
-  SPECGRAPH_EXPECTS(depth >= 1 && depth <= c.num_steps, "depth",
-                    std::to_string(depth) + " is outside [1, num_steps " +
-                        std::to_string(c.num_steps) + "]");
+  SPECGRAPH_EXPECTS(
+      depth >= 1 && depth <= c.num_steps, "depth",
+      std::to_string(depth) + " is outside [1, num_steps " + std::to_string(c.num_steps) + "]");
   {
     detail::nvtx_range r(nvtx_round_, bucket_, static_cast<std::uint32_t>(depth));
     for (std::int32_t s = 0; s < depth; ++s) replay(s);
@@ -384,9 +389,7 @@ std::vector<guard_word> draft_runtime::read_guards() {
   ensure_usable();
   const buffer_spec& g = plan_.find("guards");
   std::vector<guard_word> out(static_cast<std::size_t>(g.shape[0]));
-  guarding_cuda([&] {
-    ex_->copy_to_host(out.data(), buffer<guard_word>("guards"), g.bytes);
-  });
+  guarding_cuda([&] { ex_->copy_to_host(out.data(), buffer<guard_word>("guards"), g.bytes); });
   return out;
 }
 

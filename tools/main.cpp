@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "metadata_command.hpp"
+#include "run_command.hpp"
 
 namespace {
 
@@ -11,6 +12,7 @@ constexpr const char* usage =
     "usage: specgraph <command> [options]\n"
     "\n"
     "commands:\n"
+    "  run                 the end-to-end simulated EAGLE draft loop (run --help for flags)\n"
     "  metadata expand     read an expand-page-table case as JSON on stdin, print the result\n"
     "  metadata fallback   read a sparse-fallback case as JSON on stdin, print the indices\n"
     "  help                this text\n";
@@ -22,6 +24,10 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     std::cout << usage;
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "run") {
+    return specgraph::tools::run_command(std::vector<std::string>(args.begin() + 1, args.end()),
+                                         std::cout, std::cerr);
   }
   if (args[0] == "metadata" && args.size() == 2 && args[1] == "expand") {
     return specgraph::tools::metadata_expand(std::cin, std::cout, std::cerr);

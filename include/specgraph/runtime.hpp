@@ -83,12 +83,12 @@ struct step_view {
   const std::int32_t* prefix_seqlen = nullptr;      // [bucket]
   const std::int32_t* prefix_page_table = nullptr;  // [bucket][prefix_stride]
   std::int64_t prefix_stride = 0;
-  std::int32_t prefix_capacity = 0;                 // ceil(max_context_len / page_size)
-  const std::int32_t* cu_seqlens_q = nullptr;       // [bucket + 1]
+  std::int32_t prefix_capacity = 0;            // ceil(max_context_len / page_size)
+  const std::int32_t* cu_seqlens_q = nullptr;  // [bucket + 1]
 
   // This step's expand metadata.
-  const std::int32_t* expand_page_table = nullptr;  // [rows][expand_capacity]
-  std::int32_t expand_capacity = 0;                 // d + 1
+  const std::int32_t* expand_page_table = nullptr;    // [rows][expand_capacity]
+  std::int32_t expand_capacity = 0;                   // d + 1
   const std::int32_t* expand_cache_seqlen = nullptr;  // [rows]
 
   sparse_view sparse;
@@ -114,7 +114,7 @@ struct graph_timing {
   std::size_t nodes = 0;
   double capture_seconds = 0;
   double instantiate_seconds = 0;  // instantiate or update
-  bool updated = false;            // true when cudaGraphExecUpdate (or the host equivalent) was used
+  bool updated = false;  // true when cudaGraphExecUpdate (or the host equivalent) was used
 };
 
 struct capture_report {
@@ -159,7 +159,8 @@ class draft_runtime {
   // and updates the existing graph execs in place where the topology allows. Synchronous host
   // work; throws capture_failed naming (bucket, step) when the forward throws or does something
   // capture forbids, leaving the runtime usable.
-  capture_report capture();
+  // `progress(done, total)`, when given, is called after each graph (for progress bars).
+  capture_report capture(const std::function<void(int, int)>& progress = {});
   bool captured() const noexcept { return captured_; }
 
   // Copies one round's inputs into the static inputs of the smallest bucket >= batch and resets

@@ -1,0 +1,261 @@
+// The main job's workload: the simulated engine's attention kernels against a dense float64
+// reference, the whole run's counts, and a deliberately corrupted page table caught by
+// verification.
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "json.hpp"
+#include "run_command.hpp"
+#include "sim/sim_engine.hpp"
+#include "sim/sim_kernels.hpp"
+#include "test_support.hpp"
+
+namespace specgraph::testing {
+namespace {
+
+sim::sim_options small_options(std::uint64_t seed) {
+  sim::sim_options o;
+  o.max_batch = 6;
+  o.topk = 3;
+  o.num_steps = 4;
+  o.page_size = 8;
+  o.heads = 2;
+  o.head_dim = 16;
+  o.max_context = 80;
+  o.rounds = 24;
+  o.seed = seed;
+  o.verify = sim::sim_options::verify_mode::sample;
+  o.verify_every = 5;
+  return o;
+}
+
+class SimEngine : public ExecutorTest {};
+
+// The run at a small configuration with a fixed seed: verification passes and the report's
+// counts add up.
+TEST_P(SimEngine, SmallRunVerifiesAndCountsAddUp) {
+  sim::sim_options o = small_options(7);
+  o.depth = -1;  // adaptive: random depth per round
+  o.executor = GetParam();
+  sim::sim_engine engine(*ex, o);
+  const capture_report cap = engine.capture();
+  EXPECT_EQ(cap.graphs, 6 * 4);  // buckets 1..6, 4 steps
+  const sim::run_report r = engine.run();
+  ASSERT_EQ(r.rounds.size(), 24u);
+  std::vector<std::int64_t> replays(4, 0), tokens(4, 0);
+  std::int64_t verified = 0, outputs = 0;
+  std::set<std::int32_t> buckets;
+  for (std::size_t i = 0; i < r.rounds.size(); ++i) {
+    const sim::round_record& rr = r.rounds[i];
+    EXPECT_GE(rr.bucket, rr.batch);
+    buckets.insert(rr.bucket);
+    for (std::int32_t s = 0; s < rr.depth; ++s) {
+      ++replays[static_cast<std::size_t>(s)];
+      tokens[static_cast<std::size_t>(s)] += rr.batch * 3;
+    }
+    EXPECT_EQ(rr.verified, i % 5 == 0);
+    if (rr.verified) {
+      ++verified;
+      outputs += static_cast<std::int64_t>(rr.depth) * rr.batch * 3 * 2;
+    }
+  }
+  for (std::size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(r.steps[s].replays, replays[s]);
+    EXPECT_EQ(static_cast<std::int64_t>(r.steps[s].seconds.size()), replays[s]);
+    EXPECT_EQ(r.steps[s].draft_tokens, tokens[s]);
+  }
+  EXPECT_EQ(r.verified_rounds, verified);
+  EXPECT_EQ(r.verified_outputs, outputs);
+  EXPECT_GT(r.max_relative_error, 0.0);
+  EXPECT_LE(r.max_relative_error, 1e-5);
+  EXPECT_GE(buckets.size(), 3u);
+}
+
+// Short prefixes (zero whole pages: the prefix pass sees no tokens, lse = -inf) and branches
+// whose draft tokens cross into a second page, all verified.
+TEST_P(SimEngine, ZeroPrefixPagesAndPageCrossingBranchesVerify) {
+  sim::sim_options o = small_options(test_seed());
+  o.max_context = 20;  // many prefixes shorter than a page of 8
+  o.num_steps = 6;
+  o.rounds = 12;
+  o.verify = sim::sim_options::verify_mode::all;
+  sim::sim_engine engine(*ex, o);
+  engine.capture();
+  sim::run_report report;
+  report.steps.resize(6);
+  bool zero_prefix = false, crossing = false;
+  std::mt19937_64 rng(o.seed);
+  for (std::int32_t round = 0; round < o.rounds; ++round) {
+    const auto batch = static_cast<std::int32_t>(1 + rng() % 6);
+    engine.run_round(round, batch, 6, true, report);
+    draft_runtime& rt = engine.runtime();
+    std::vector<std::int32_t> prefix(static_cast<std::size_t>(batch)),
+        seqlen(static_cast<std::size_t>(batch) * 3);
+    ex->copy_to_host(prefix.data(), rt.buffer<std::int32_t>("prefix.seqlen"), prefix.size() * 4);
+    ex->copy_to_host(seqlen.data(), rt.buffer<std::int32_t>("expand.cache_seqlen", 5),
+                     seqlen.size() * 4);
+    for (const std::int32_t p : prefix) zero_prefix = zero_prefix || p == 0;
+    for (const std::int32_t n : seqlen) crossing = crossing || n > 8;
+  }
+  EXPECT_TRUE(zero_prefix) << "no round had a request without whole prefix pages";
+  EXPECT_TRUE(crossing) << "no branch crossed a page boundary";
+  EXPECT_EQ(report.verified_rounds, 12);
+  EXPECT_LE(report.max_relative_error, 1e-5);
+}
+
+// A wrong prefix page-table entry (written after step 0 computed the table) must be caught by
+// verification of step 1, naming round, step, bucket and row.
+TEST_P(SimEngine, CorruptedPageTableEntryFailsVerification) {
+  sim::sim_options o = small_options(11);
+  o.verify = sim::sim_options::verify_mode::all;
+  sim::sim_engine engine(*ex, o);
+  engine.capture();
+  engine.corrupt_prefix_table_at_round(2);
+  sim::run_report report;
+  report.steps.resize(4);
+  engine.run_round(0, 6, 4, true, report);
+  engine.run_round(1, 6, 4, true, report);
+  try {
+    engine.run_round(2, 6, 4, true, report);
+    FAIL() << "verification should have failed";
+  } catch (const sim::verification_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("round 2, step 1, bucket 6, row "), std::string::npos) << what;
+  }
+}
+
+SPECGRAPH_INSTANTIATE_EXECUTORS(SimEngine);
+
+// ---- the kernels on their own, host executor, hand-made page tables ------------------------
+TEST(SimKernels, PagedAttentionAndMergeMatchDenseReference) {
+  std::mt19937_64 rng(test_seed());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const std::int32_t heads = 2, dim = 8, ps = 4, slots = 64, hd = heads * dim;
+  std::vector<float> k(static_cast<std::size_t>(slots * hd)), v(k.size()),
+      q(static_cast<std::size_t>(2 * hd));
+  for (auto* vec : {&k, &v, &q})
+    for (auto& x : *vec) x = u(rng);
+  // Row 0: pages 9, 3 (6 tokens, page crossing). Row 1: zero tokens.
+  const std::vector<std::int32_t> table{9, 3, 0, 0, 0, 0}, seqlen{6, 0};
+  std::vector<float> o(static_cast<std::size_t>(2 * hd), -1.0f), lse(4, -1.0f);
+  sim::paged_attention_kernel::params p{};
+  p.q = q.data();
+  p.steps = 1;
+  p.step = 0;
+  p.heads = heads;
+  p.head_dim = dim;
+  p.scale = 0.5f;
+  p.k_pool = k.data();
+  p.v_pool = v.data();
+  p.page_table = table.data();
+  p.table_stride = 3;
+  p.seqlen = seqlen.data();
+  p.rows_per_table_row = 1;
+  p.page_size = ps;
+  p.o = o.data();
+  p.lse = lse.data();
+  host_run_rows<sim::paged_attention_kernel>(&p, 2 * heads);
+  const std::int64_t token_slots[] = {36, 37, 38, 39, 12, 13};
+  for (std::int32_t h = 0; h < heads; ++h) {
+    double m = -1e300, l = 0;
+    std::vector<double> scores;
+    for (const std::int64_t s : token_slots) {
+      double dot = 0;
+      for (std::int32_t d = 0; d < dim; ++d)
+        dot += static_cast<double>(q[static_cast<std::size_t>(h * dim + d)]) *
+               k[static_cast<std::size_t>(s * hd + h * dim + d)];
+      scores.push_back(dot * 0.5);
+      m = std::max(m, dot * 0.5);
+    }
+    std::vector<double> ref(static_cast<std::size_t>(dim), 0.0);
+    for (std::size_t i = 0; i < scores.size(); ++i) {
+      const double w = std::exp(scores[i] - m);
+      l += w;
+      for (std::int32_t d = 0; d < dim; ++d)
+        ref[static_cast<std::size_t>(d)] +=
+            w * v[static_cast<std::size_t>(token_slots[i] * hd + h * dim + d)];
+    }
+    for (std::int32_t d = 0; d < dim; ++d) {
+      EXPECT_NEAR(o[static_cast<std::size_t>(h * dim + d)], ref[static_cast<std::size_t>(d)] / l,
+                  1e-5);
+    }
+    EXPECT_NEAR(lse[static_cast<std::size_t>(h)], m + std::log(l), 1e-5);
+    // The empty row: o = 0, lse = -inf.
+    EXPECT_EQ(o[static_cast<std::size_t>(hd + h * dim)], 0.0f);
+    EXPECT_TRUE(std::isinf(lse[static_cast<std::size_t>(2 + h)]) &&
+                lse[static_cast<std::size_t>(2 + h)] < 0);
+  }
+  // Merging with an empty pass returns the other pass exactly.
+  std::vector<float> merged(static_cast<std::size_t>(hd)),
+      merged_lse(static_cast<std::size_t>(heads));
+  sim::lse_merge_kernel::params mp{};
+  mp.o1 = o.data() + hd;  // the empty row
+  mp.lse1 = lse.data() + heads;
+  mp.o2 = o.data();
+  mp.lse2 = lse.data();
+  mp.heads = heads;
+  mp.head_dim = dim;
+  mp.out = merged.data();
+  mp.out_lse = merged_lse.data();
+  host_run_rows<sim::lse_merge_kernel>(&mp, heads);
+  for (std::int32_t i = 0; i < hd; ++i)
+    EXPECT_FLOAT_EQ(merged[static_cast<std::size_t>(i)], o[static_cast<std::size_t>(i)]);
+  for (std::int32_t h = 0; h < heads; ++h)
+    EXPECT_FLOAT_EQ(merged_lse[static_cast<std::size_t>(h)], lse[static_cast<std::size_t>(h)]);
+}
+
+// ---- the command -------------------------------------------------------------------------
+TEST(RunCommand, SmallRunPrintsAPassingReportAndJson) {
+  const std::string json_path = ::testing::TempDir() + "specgraph_run_test.json";
+  std::ostringstream out, err;
+  const int rc = tools::run_command(
+      {"--executor",  "host", "--max-batch", "5", "--topk",     "2",      "--steps",       "3",
+       "--page-size", "4",    "--heads",     "2", "--head-dim", "8",      "--max-context", "40",
+       "--rounds",    "12",   "--seed",      "3", "--json",     json_path},
+      out, err);
+  ASSERT_EQ(rc, 0) << err.str();
+  EXPECT_NE(out.str().find("verification: 2 rounds"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("PASSED"), std::string::npos);
+  std::ifstream in(json_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const tools::json doc = tools::json::parse(text);
+  EXPECT_EQ(tools::as_int(doc.members.at("rounds"), "rounds"), 12);
+  EXPECT_EQ(tools::as_int(doc.members.at("replays"), "replays"), 36);
+  EXPECT_EQ(doc.members.at("steps").items.size(), 3u);
+  EXPECT_EQ(tools::as_int(doc.members.at("capture").members.at("graphs"), "graphs"), 15);
+  EXPECT_TRUE(doc.members.at("verification").members.at("passed").boolean);
+}
+
+TEST(RunCommand, BadFlagsAreOneLineNamingTheFlagWithExitCode2) {
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"--topk", "0"}, "--topk: 0 is outside [1, 64]"},
+      {{"--steps", "x"}, "--steps: 'x' is not an integer"},
+      {{"--depth", "6"}, "--depth: 6 is outside [1, 5]"},
+      {{"--executor", "tpu"}, "--executor: 'tpu' is not one of host, cuda, auto"},
+      {{"--min-batch", "9", "--max-batch", "4"}, "--min-batch: 9 exceeds --max-batch 4"},
+      {{"--verify", "some"}, "--verify: 'some' is not one of all, sample, none"},
+      {{"--rounds"}, "--rounds: missing value"},
+      {{"--frobnicate", "1"}, "unknown flag '--frobnicate'"},
+      {{"--max-context", "1048576", "--max-batch", "512"},
+       "--max-context: the simulated KV pool would need"},
+  };
+  for (const auto& c : cases) {
+    std::ostringstream out, err;
+    EXPECT_EQ(tools::run_command(c.args, out, err), 2) << c.message;
+    EXPECT_NE(err.str().find(c.message), std::string::npos) << err.str();
+    EXPECT_EQ(err.str().find('\n'), err.str().size() - 1) << "one line: " << err.str();
+  }
+}
+
+}  // namespace
+}  // namespace specgraph::testing

@@ -1,0 +1,323 @@
+#include "run_command.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "json.hpp"
+#include "sim/sim_engine.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/executor.hpp"
+
+namespace specgraph::tools {
+namespace {
+
+constexpr const char* run_usage =
+    "usage: specgraph run [flags]\n"
+    "  --executor host|cuda|auto   where to run (default auto: cuda when a GPU is usable)\n"
+    "  --max-batch N    largest batch; buckets are the default list up to N (default 32)\n"
+    "  --min-batch N    smallest batch drawn per round (default 1)\n"
+    "  --topk N         draft branches per request (default 4)\n"
+    "  --steps N        draft steps per round (default 5)\n"
+    "  --depth N|random steps replayed per round, N <= steps (default: all)\n"
+    "  --page-size N    KV page size in tokens (default 16)\n"
+    "  --heads N        attention heads (default 4)\n"
+    "  --head-dim N     head dimension, <= 256 (default 64)\n"
+    "  --max-context N  longest request prefix (default 1024)\n"
+    "  --rounds N       draft rounds (default 200)\n"
+    "  --seed N         random seed (default 1)\n"
+    "  --verify all|sample|none  compare attention outputs with a float64 reference\n"
+    "                   (default sample: the first round and every --verify-every rounds)\n"
+    "  --verify-every N (default 10)\n"
+    "  --checked        read guard words after every round and check branch layouts\n"
+    "  --json FILE      write the report as JSON\n"
+    "  --dump-graphs DIR  one Graphviz file per captured graph\n";
+
+class flag_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct parsed {
+  sim::sim_options options;
+  std::string json_path, dot_dir;
+  bool help = false;
+};
+
+std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t lo,
+                       std::int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) {
+    throw flag_error(flag + ": '" + text + "' is not an integer");
+  }
+  if (v < lo || v > hi) {
+    throw flag_error(flag + ": " + text + " is outside [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+parsed parse(const std::vector<std::string>& args) {
+  parsed p;
+  sim::sim_options& o = p.options;
+  std::string depth_text;
+  const std::set<std::string> switches{"--checked", "--help", "-h"};
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    const auto eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (!switches.count(flag)) {
+      if (flag.rfind("--", 0) != 0) throw flag_error("unexpected argument '" + flag + "'");
+      if (i + 1 >= args.size()) throw flag_error(flag + ": missing value");
+      value = args[++i];
+    }
+    auto num = [&](std::int64_t lo, std::int64_t hi) {
+      return static_cast<std::int32_t>(parse_int(flag, value, lo, hi));
+    };
+    if (flag == "--help" || flag == "-h") {
+      p.help = true;
+    } else if (flag == "--checked") {
+      o.checked = true;
+    } else if (flag == "--executor") {
+      if (value != "host" && value != "cuda" && value != "auto") {
+        throw flag_error("--executor: '" + value + "' is not one of host, cuda, auto");
+      }
+      o.executor = value;
+    } else if (flag == "--max-batch") {
+      o.max_batch = num(1, 4096);
+    } else if (flag == "--min-batch") {
+      o.min_batch = num(1, 4096);
+    } else if (flag == "--topk") {
+      o.topk = num(1, 64);
+    } else if (flag == "--steps") {
+      o.num_steps = num(1, 32);
+    } else if (flag == "--depth") {
+      depth_text = value;
+    } else if (flag == "--page-size") {
+      o.page_size = num(1, 4096);
+    } else if (flag == "--heads") {
+      o.heads = num(1, 128);
+    } else if (flag == "--head-dim") {
+      o.head_dim = num(1, 256);
+    } else if (flag == "--max-context") {
+      o.max_context = num(1, 1 << 20);
+    } else if (flag == "--rounds") {
+      o.rounds = num(1, 1 << 24);
+    } else if (flag == "--seed") {
+      o.seed = static_cast<std::uint64_t>(parse_int(flag, value, 0, INT64_MAX));
+    } else if (flag == "--verify") {
+      if (value == "all") {
+        o.verify = sim::sim_options::verify_mode::all;
+      } else if (value == "sample") {
+        o.verify = sim::sim_options::verify_mode::sample;
+      } else if (value == "none") {
+        o.verify = sim::sim_options::verify_mode::none;
+      } else {
+        throw flag_error("--verify: '" + value + "' is not one of all, sample, none");
+      }
+    } else if (flag == "--verify-every") {
+      o.verify_every = num(1, 1 << 24);
+    } else if (flag == "--json") {
+      p.json_path = value;
+    } else if (flag == "--dump-graphs") {
+      p.dot_dir = value;
+    } else {
+      throw flag_error("unknown flag '" + flag + "' (see specgraph run --help)");
+    }
+  }
+  if (o.min_batch > o.max_batch) {
+    throw flag_error("--min-batch: " + std::to_string(o.min_batch) + " exceeds --max-batch " +
+                     std::to_string(o.max_batch));
+  }
+  if (depth_text == "random") {
+    o.depth = -1;
+  } else if (!depth_text.empty()) {
+    o.depth = static_cast<std::int32_t>(parse_int("--depth", depth_text, 1, o.num_steps));
+  }
+  // The simulated KV pool lives in one allocation per K and V; keep it within this machine.
+  const double ps = o.page_size;
+  const double pages =
+      o.max_batch * std::ceil(o.max_context / ps) +
+      static_cast<double>(o.max_batch) * o.topk * std::ceil((ps - 1 + o.num_steps) / ps);
+  const double gib = 2.0 * pages * 1.5 * ps * o.heads * o.head_dim * 4.0 / (1024.0 * 1024 * 1024);
+  if (gib > 8.0) {
+    std::ostringstream m;
+    m << std::fixed << std::setprecision(1) << "--max-context: the simulated KV pool would need "
+      << gib << " GiB (limit 8 GiB); lower --max-context, --max-batch, --heads or --head-dim";
+    throw flag_error(m.str());
+  }
+  return p;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+double sum(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s;
+}
+
+// A one-line progress bar on stderr, shown only on a terminal.
+class progress_bar {
+ public:
+  explicit progress_bar(std::string label)
+      : label_(std::move(label)), tty_(isatty(STDERR_FILENO) != 0) {}
+  void operator()(int done, int total) const {
+    if (!tty_ || total <= 0) return;
+    const int width = 30;
+    const int filled = static_cast<int>(static_cast<long long>(width) * done / total);
+    std::fprintf(stderr, "\r%-10s [%s%s] %d/%d", label_.c_str(),
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), done, total);
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_;
+  bool tty_;
+};
+
+void write_json(std::ostream& j, const parsed& p, const plan& pl, const sim::run_report& r) {
+  const sim::sim_options& o = p.options;
+  j << "{\"executor\":" << quote(r.executor) << ",\"config\":{\"max_batch\":" << o.max_batch
+    << ",\"min_batch\":" << o.min_batch << ",\"topk\":" << o.topk << ",\"steps\":" << o.num_steps
+    << ",\"depth\":" << o.depth << ",\"page_size\":" << o.page_size << ",\"heads\":" << o.heads
+    << ",\"head_dim\":" << o.head_dim << ",\"max_context\":" << o.max_context
+    << ",\"rounds\":" << o.rounds << ",\"seed\":" << o.seed
+    << ",\"checked\":" << (o.checked ? "true" : "false") << "},\"plan\":" << pl.report_json()
+    << ",\"capture\":{\"graphs\":" << r.capture.graphs
+    << ",\"instantiated\":" << r.capture.instantiated << ",\"updated\":" << r.capture.updated
+    << ",\"total_seconds\":" << r.capture.total_seconds << "},\"steps\":[";
+  for (std::size_t s = 0; s < r.steps.size(); ++s) {
+    const sim::step_stats& st = r.steps[s];
+    const double total = sum(st.seconds);
+    j << (s ? "," : "") << "{\"step\":" << st.step << ",\"decode_length\":" << st.step + 1
+      << ",\"replays\":" << st.replays << ",\"mean_seconds\":" << mean(st.seconds)
+      << ",\"p50_seconds\":" << percentile(st.seconds, 0.5)
+      << ",\"p99_seconds\":" << percentile(st.seconds, 0.99)
+      << ",\"draft_tokens\":" << st.draft_tokens << ",\"draft_tokens_per_second\":"
+      << (total > 0 ? static_cast<double>(st.draft_tokens) / total : 0) << "}";
+  }
+  std::int64_t replays = 0;
+  for (const auto& st : r.steps) replays += st.replays;
+  j << "],\"rounds\":" << r.rounds.size() << ",\"replays\":" << replays
+    << ",\"run_seconds\":" << r.run_seconds << ",\"verification\":{\"rounds\":" << r.verified_rounds
+    << ",\"outputs\":" << r.verified_outputs << ",\"max_relative_error\":" << r.max_relative_error
+    << ",\"tolerance\":" << o.tolerance << ",\"passed\":true}}\n";
+}
+
+}  // namespace
+
+int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  parsed p;
+  try {
+    p = parse(args);
+  } catch (const flag_error& e) {
+    err << "specgraph: error: " << e.what() << '\n';
+    return 2;
+  }
+  if (p.help) {
+    out << run_usage;
+    return 0;
+  }
+  const sim::sim_options& o = p.options;
+  try {
+    auto ex = make_executor(o.executor);
+    sim::sim_engine engine(*ex, o);
+    const plan& pl = engine.runtime().plan();
+    sim::run_report report;
+    report.capture = engine.capture(progress_bar("capturing"));
+    if (!p.dot_dir.empty()) {
+      std::filesystem::create_directories(p.dot_dir);
+      engine.runtime().write_dot(p.dot_dir);
+    }
+    const sim::run_report run = engine.run(progress_bar("rounds"));
+    const capture_report cap = report.capture;
+    report = run;
+    report.capture = cap;
+
+    out << std::fixed;
+    out << "specgraph run: " << report.executor << " executor, max batch " << o.max_batch
+        << ", topk " << o.topk << ", " << o.num_steps << " steps, page size " << o.page_size << ", "
+        << o.heads << " heads x " << o.head_dim << ", context <= " << o.max_context << ", "
+        << o.rounds << " rounds, seed " << o.seed << "\n";
+    out << std::setprecision(1) << "plan: " << pl.total_bytes << " bytes in one arena ("
+        << pl.config.buckets.size() << " buckets up to " << pl.max_bucket()
+        << "); today's engine sizing: " << pl.today.total_bytes << " bytes ("
+        << static_cast<double>(pl.today.total_bytes) / static_cast<double>(pl.total_bytes)
+        << "x more)\n";
+    out << std::setprecision(3) << "capture: " << cap.graphs << " graphs in " << cap.total_seconds
+        << " s (" << 1e3 * cap.total_seconds / std::max(1, cap.graphs) << " ms each), "
+        << cap.instantiated << " instantiated, " << cap.updated << " updated\n";
+    out << "\n step    d  replays   mean ms    p50 ms    p99 ms   draft tokens/s\n";
+    std::int64_t replays = 0;
+    for (const sim::step_stats& st : report.steps) {
+      const double total = sum(st.seconds);
+      replays += st.replays;
+      out << std::setw(5) << st.step << std::setw(5) << st.step + 1 << std::setw(9) << st.replays
+          << std::setprecision(3) << std::setw(10) << 1e3 * mean(st.seconds) << std::setw(10)
+          << 1e3 * percentile(st.seconds, 0.5) << std::setw(10)
+          << 1e3 * percentile(st.seconds, 0.99) << std::setprecision(0) << std::setw(17)
+          << (total > 0 ? static_cast<double>(st.draft_tokens) / total : 0.0) << "\n";
+    }
+    std::set<std::int32_t> buckets;
+    for (const auto& r : report.rounds) buckets.insert(r.bucket);
+    out << std::setprecision(2) << "\nrounds: " << report.rounds.size() << " (" << replays
+        << " replays, " << buckets.size() << " distinct buckets) in " << report.run_seconds
+        << " s; per-step times include a synchronisation after each replay\n";
+    if (o.verify == sim::sim_options::verify_mode::none) {
+      out << "verification: off (--verify none)\n";
+    } else {
+      out << std::scientific << std::setprecision(2) << "verification: " << report.verified_rounds
+          << " rounds, " << report.verified_outputs
+          << " attention outputs against a float64 dense reference, max relative error "
+          << report.max_relative_error << " (tolerance " << o.tolerance << "): PASSED\n";
+    }
+    if (!p.json_path.empty()) {
+      std::ofstream j(p.json_path);
+      if (!j) throw error("--json: cannot write '" + p.json_path + "'");
+      write_json(j, p, pl, report);
+    }
+    return 0;
+  } catch (const sim::verification_error& e) {
+    err << "specgraph: " << e.what() << '\n';
+    return 1;
+  } catch (const guard_violation& e) {
+    err << "specgraph: guard violation: " << e.what() << '\n';
+    return 1;
+  } catch (const unavailable& e) {
+    err << "specgraph: error: --executor: " << e.what() << '\n';
+    return 2;
+  } catch (const invalid_argument& e) {
+    err << "specgraph: error: " << e.what() << '\n';
+    return 2;
+  }
+}
+
+}  // namespace specgraph::tools

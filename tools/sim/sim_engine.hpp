@@ -1,0 +1,97 @@
+// A simulated serving engine around draft_runtime: a fragmented paged KV pool, requests with
+// random prefixes, EAGLE branch allocation per round (draft-metadata.md section 1), and a forward
+// captured in every graph that writes the step's K/V and runs two-pass paged decode attention
+// merged by log-sum-exp. Rounds can be verified against a dense float64 reference that gathers
+// tokens by position, never through page tables.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "specgraph/executor.hpp"
+#include "specgraph/runtime.hpp"
+
+namespace specgraph::sim {
+
+struct sim_options {
+  std::int32_t max_batch = 32;
+  std::int32_t topk = 4;
+  std::int32_t num_steps = 5;
+  std::int32_t page_size = 16;
+  std::int32_t heads = 4;
+  std::int32_t head_dim = 64;
+  std::int32_t max_context = 1024;
+  std::int32_t rounds = 200;
+  std::int32_t depth = 0;      // 0: num_steps every round; -1: random 1..num_steps per round
+  std::int32_t min_batch = 1;  // batches are drawn uniformly from [min_batch, max_batch]
+  std::uint64_t seed = 1;
+  std::string executor = "auto";
+  enum class verify_mode { none, sample, all } verify = verify_mode::sample;
+  std::int32_t verify_every = 10;  // with verify = sample: every Nth round (and the first)
+  bool checked = false;
+  double replace_probability = 0.05;  // per request per round: finishes, a new one arrives
+  double tolerance = 1e-5;            // relative error allowed against the float64 reference
+};
+
+// Verification failed: names round, step, bucket and row.
+class verification_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct step_stats {
+  std::int32_t step = 0;
+  std::int64_t replays = 0;
+  std::int64_t draft_tokens = 0;  // real query rows drafted by this step, summed over rounds
+  std::vector<double> seconds;    // one per replay
+};
+
+struct round_record {
+  std::int32_t batch = 0, bucket = 0, depth = 0;
+  bool verified = false;
+};
+
+struct run_report {
+  std::string executor;
+  capture_report capture;
+  std::vector<step_stats> steps;
+  std::vector<round_record> rounds;
+  std::int64_t verified_rounds = 0;
+  std::int64_t verified_outputs = 0;  // (row, step, head) vectors compared
+  double max_relative_error = 0;
+  double run_seconds = 0;
+};
+
+class sim_engine {
+ public:
+  sim_engine(executor& ex, const sim_options& options);
+  ~sim_engine();
+  sim_engine(const sim_engine&) = delete;
+  sim_engine& operator=(const sim_engine&) = delete;
+
+  draft_runtime& runtime();
+  const sim_options& options() const;
+
+  capture_report capture(const std::function<void(int, int)>& progress = {});
+  // One round: batch real requests, `depth` steps, verified when `verify`. Times each step's
+  // replay (synchronising after it) into `report`. Throws verification_error or guard_violation.
+  void run_round(std::int32_t round, std::int32_t batch, std::int32_t depth, bool verify,
+                 run_report& report);
+  // The whole run with the options' rounds, batches and depths.
+  run_report run(const std::function<void(int, int)>& progress = {});
+
+  // For the corruption test: after step 0 of round `round` (which computes the step-invariant
+  // prefix table), overwrite one prefix page-table entry of a real request with a wrong page.
+  void corrupt_prefix_table_at_round(std::int32_t round);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace specgraph::sim

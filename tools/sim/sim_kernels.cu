@@ -1,0 +1,9 @@
+#include "sim_kernels.hpp"
+#include "specgraph/row_kernel_cuda.cuh"
+
+namespace specgraph::sim {
+sim_cuda_launchers sim_cuda() {
+  return {&cuda_rows<kv_write_kernel>, &cuda_rows<paged_attention_kernel>,
+          &cuda_rows<lse_merge_kernel>, &cuda_rows<branch_page_copy_kernel>};
+}
+}  // namespace specgraph::sim
