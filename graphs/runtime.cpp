@@ -214,6 +214,21 @@ void draft_runtime::record_graph_body(std::int32_t bucket, std::int32_t step) {
   if (f) f(v);
 }
 
+std::unique_ptr<graph> draft_runtime::capture_graph(std::int32_t bucket, std::int32_t step) {
+  ensure_usable();
+  (void)view(bucket, step);  // validates bucket and step before capture begins
+  ex_->begin_capture();
+  try {
+    record_graph_body(bucket, step);
+    return ex_->end_capture();
+  } catch (const std::exception& e) {
+    ex_->abort_capture();
+    throw capture_failed(bucket, step,
+                         "capture of graph (bucket " + std::to_string(bucket) + ", step " +
+                             std::to_string(step) + ") failed: " + e.what());
+  }
+}
+
 capture_report draft_runtime::capture(const std::function<void(int, int)>& progress) {
   ensure_usable();
   const draft_config& c = plan_.config;
@@ -230,17 +245,7 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
       t.bucket = bucket;
       t.step = s;
       const auto t0 = clock_type::now();
-      std::unique_ptr<graph> g;
-      ex_->begin_capture();
-      try {
-        record_graph_body(bucket, s);
-        g = ex_->end_capture();
-      } catch (const std::exception& e) {
-        ex_->abort_capture();
-        throw capture_failed(bucket, s,
-                             "capture of graph (bucket " + std::to_string(bucket) + ", step " +
-                                 std::to_string(s) + ") failed: " + e.what());
-      }
+      std::unique_ptr<graph> g = capture_graph(bucket, s);
       t.capture_seconds = seconds_since(t0);
       t.nodes = g->node_count();
       graph_slot& slot =
@@ -351,10 +356,9 @@ void draft_runtime::stage(const round_inputs& in) {
   next_step_ = 0;
 }
 
-void draft_runtime::replay(std::int32_t step) {
+void draft_runtime::check_replay_step(std::int32_t step) const {
   ensure_usable();
   const draft_config& c = plan_.config;
-  if (!captured_) throw error("replay before capture(): no graphs exist yet");
   if (bucket_ == 0) throw error("replay before stage(): no round inputs are staged");
   SPECGRAPH_EXPECTS(
       step >= 0 && step < c.num_steps, "step",
@@ -363,6 +367,19 @@ void draft_runtime::replay(std::int32_t step) {
       step == 0 || step == next_step_, "step",
       std::to_string(step) + " replayed out of order: the next step of this round is " +
           std::to_string(next_step_) + " (step 0 computes the round's prefix metadata)");
+}
+
+void draft_runtime::run_eager(std::int32_t step) {
+  check_replay_step(step);
+  guarding_cuda([&] { record_graph_body(bucket_, step); });
+  next_step_ = step + 1;
+}
+
+void draft_runtime::replay(std::int32_t step) {
+  ensure_usable();
+  if (!captured_) throw error("replay before capture(): no graphs exist yet");
+  check_replay_step(step);
+  const draft_config& c = plan_.config;
   detail::nvtx_range r(nvtx_replay_[static_cast<std::size_t>(step)], bucket_,
                        static_cast<std::uint32_t>(step + 1));
   graph_slot& slot =

@@ -200,6 +200,11 @@ class cuda_executor final : public executor {
     checked(e, "cudaGraphExecUpdate");
     return true;
   }
+  void upload(graph_exec& exec) override {
+    forbid_during_capture("upload");
+    checked(cudaGraphUpload(static_cast<cuda_graph_exec&>(exec).get(), stream_.get()),
+            "cudaGraphUpload");
+  }
   void launch_graph(graph_exec& exec) override {
     if (capturing_) throw capture_violation("cuda executor: graph launch during capture");
     checked(cudaGraphLaunch(static_cast<cuda_graph_exec&>(exec).get(), stream_.get()),

@@ -171,6 +171,7 @@ class host_executor final : public executor {
     e.nodes() = nodes;
     return true;
   }
+  void upload(graph_exec&) override { forbid_during_capture("upload"); }
   void launch_graph(graph_exec& exec) override {
     if (capturing_) throw capture_violation("host executor: graph launch during capture");
     ++counters_.graph_launches;

@@ -101,6 +101,9 @@ class executor {
   // Updates `exec` in place to run `g` (cudaGraphExecUpdate). Returns false when the topology
   // differs and the caller must instantiate instead; `exec` is then unchanged.
   virtual bool update(graph_exec& exec, const graph& g) = 0;
+  // Uploads an instantiated graph's resources to the device ahead of its first launch
+  // (cudaGraphUpload; instantiate() already uploads once). Stream-ordered; not during capture.
+  virtual void upload(graph_exec& exec) = 0;
   // Launches an instantiated graph on the stream. Never allocates or synchronises.
   virtual void launch_graph(graph_exec& exec) = 0;
 

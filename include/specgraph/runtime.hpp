@@ -162,6 +162,9 @@ class draft_runtime {
   // `progress(done, total)`, when given, is called after each graph (for progress bars).
   capture_report capture(const std::function<void(int, int)>& progress = {});
   bool captured() const noexcept { return captured_; }
+  // Captures graph(bucket, step) and returns it without instantiating (capture() does both for
+  // every pair). For inspection and benchmarks; throws capture_failed like capture().
+  std::unique_ptr<graph> capture_graph(std::int32_t bucket, std::int32_t step);
 
   // Copies one round's inputs into the static inputs of the smallest bucket >= batch and resets
   // the padded rows (seq_len 1, req_pool_index 0, every slot 0). Validates everything first and
@@ -174,6 +177,10 @@ class draft_runtime {
   // Launches graph(staged bucket, step). Steps run in order after each stage(): step 0, then
   // 1, ... (step 0 may be replayed again to restart the round). Never allocates or synchronises.
   void replay(std::int32_t step);
+  // Runs the same work as replay(step) without a graph: the step's metadata kernels and the
+  // forward launched one by one on the stream (for graph-vs-eager comparisons and debugging).
+  // Same ordering rules as replay(); never allocates or synchronises.
+  void run_eager(std::int32_t step);
   // Replays steps 0..depth-1 (depth may be below num_steps: adaptive speculation). In checked
   // mode it then synchronises, reads the guard words and throws guard_violation on any.
   void run_round(std::int32_t depth);
@@ -198,6 +205,7 @@ class draft_runtime {
   struct graph_slot;
   unsigned char* arena_base() const noexcept;
   void record_graph_body(std::int32_t bucket, std::int32_t step);
+  void check_replay_step(std::int32_t step) const;
   void ensure_usable() const;
   template <class F>
   void guarding_cuda(F&& body);

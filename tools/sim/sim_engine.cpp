@@ -69,6 +69,9 @@ struct sim_engine::impl {
   std::unique_ptr<draft_runtime> rt;
   std::int32_t max_rows = 0;
   std::int32_t corrupt_round = -1;
+  // The current round (begin_round .. end_round).
+  std::vector<std::int32_t> round_rows, round_seq_len;
+  std::vector<std::int64_t> round_cache_loc, round_branch_pages;
   sim_cuda_launchers cuda = sim_cuda();
 
   template <class K>
@@ -294,80 +297,15 @@ void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t 
   impl& m = *impl_;
   const sim_options& o = m.opt;
   const std::int32_t ps = o.page_size;
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  for (std::int32_t row = 1; row <= o.max_batch; ++row) {
-    if (coin(m.rng) < o.replace_probability) {
-      m.retire(row);
-      m.admit(row);
-    }
-  }
-  // This round's requests: a random subset of the active set.
-  std::vector<std::int32_t> rows(static_cast<std::size_t>(o.max_batch));
-  std::iota(rows.begin(), rows.end(), 1);
-  std::shuffle(rows.begin(), rows.end(), m.rng);
-  rows.resize(static_cast<std::size_t>(batch));
-
-  // Branch allocation (section 1): a fresh page per branch holding a copy of the request's last
-  // partial page, then the draft slots at offsets (last_page_len + j) % ps.
-  std::vector<std::int32_t> seq_len;
-  std::vector<std::int64_t> cache_loc(static_cast<std::size_t>(batch) * o.topk * o.num_steps);
-  std::vector<std::int64_t> branch_pages;
-  for (std::int32_t r = 0; r < batch; ++r) {
-    const request& req =
-        m.requests[static_cast<std::size_t>(rows[static_cast<std::size_t>(r)] - 1)];
-    seq_len.push_back(req.seq_len);
-    const std::int32_t lpl = req.seq_len % ps;
-    for (std::int32_t t = 0; t < o.topk; ++t) {
-      std::int64_t page = m.pages->allocate();
-      branch_pages.push_back(page);
-      for (std::int32_t j = 0; j < o.num_steps; ++j) {
-        const std::int32_t offset = (lpl + j) % ps;
-        if (j > 0 && offset == 0) {
-          page = m.pages->allocate();
-          branch_pages.push_back(page);
-        }
-        cache_loc[(static_cast<std::size_t>(r) * o.topk + t) * o.num_steps + j] =
-            page * ps + offset;
-      }
-    }
-  }
-  // The round's draft-model outputs (queries and K/V of each draft token), real rows only.
-  const std::size_t real_elems = static_cast<std::size_t>(batch) * o.topk * o.num_steps * m.hd;
-  for (std::size_t i = 0; i < real_elems; ++i) {
-    m.h_q[i] = m.random_value();
-    m.h_k[i] = m.random_value();
-    m.h_v[i] = m.random_value();
-  }
-  m.ex->copy_to_device(m.q_src.data(), m.h_q.data(), real_elems * sizeof(float));
-  m.ex->copy_to_device(m.k_src.data(), m.h_k.data(), real_elems * sizeof(float));
-  m.ex->copy_to_device(m.v_src.data(), m.h_v.data(), real_elems * sizeof(float));
-
-  round_inputs in;
-  in.batch = batch;
-  in.req_pool_index = rows.data();
-  in.seq_len = seq_len.data();
-  in.out_cache_loc = cache_loc.data();
-  m.rt->stage(in);
+  begin_round(batch);
+  const std::vector<std::int32_t>& rows = m.round_rows;
+  const std::vector<std::int32_t>& seq_len = m.round_seq_len;
+  const std::vector<std::int64_t>& branch_pages = m.round_branch_pages;
   const std::int32_t bucket = m.rt->staged_bucket();
   const step_view v0 = m.rt->view(bucket, 0);
-  branch_page_copy_kernel::params copy{};
-  copy.req_to_token = m.d_req_to_token.as<std::int32_t>();
-  copy.req_to_token_stride = o.max_context;
-  copy.req_pool_index = v0.req_pool_index;
-  copy.seq_len = v0.seq_len;
-  copy.cache_loc = v0.out_cache_loc;
-  copy.cache_loc_stride = o.num_steps;
-  copy.topk = o.topk;
-  copy.page_size = ps;
-  copy.head_elems = m.hd;
-  copy.k_pool = m.k_pool.as<float>();
-  copy.v_pool = m.v_pool.as<float>();
-  m.launch<branch_page_copy_kernel>(copy, static_cast<std::int64_t>(batch) * o.topk,
-                                    m.cuda.branch_copy);
-
   for (std::int32_t s = 0; s < depth; ++s) {
     const auto t0 = clock_type::now();
-    m.rt->replay(s);
+    step(s, false);
     m.ex->synchronize();  // per-step timing: each replay is waited for
     const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
     step_stats& st = report.steps[static_cast<std::size_t>(s)];
@@ -416,7 +354,7 @@ void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t 
               msg << "verification failed: round " << round << ", step " << s << ", bucket "
                   << bucket << ", row " << row << " (request " << r << ", branch " << t
                   << "), head " << h << ": relative error " << rel << " exceeds " << o.tolerance;
-              for (const std::int64_t p : branch_pages) m.pages->release(p);
+              end_round();
               throw verification_error(msg.str());
             }
           }
@@ -425,8 +363,102 @@ void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t 
     }
     ++report.verified_rounds;
   }
-  for (const std::int64_t p : branch_pages) m.pages->release(p);
+  end_round();
   report.rounds.push_back({batch, bucket, depth, verify});
+}
+
+void sim_engine::begin_round(std::int32_t batch) {
+  impl& m = *impl_;
+  const sim_options& o = m.opt;
+  const std::int32_t ps = o.page_size;
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  for (std::int32_t row = 1; row <= o.max_batch; ++row) {
+    if (coin(m.rng) < o.replace_probability) {
+      m.retire(row);
+      m.admit(row);
+    }
+  }
+  // This round's requests: a random subset of the active set.
+  std::vector<std::int32_t>& rows = m.round_rows;
+  rows.resize(static_cast<std::size_t>(o.max_batch));
+  std::iota(rows.begin(), rows.end(), 1);
+  std::shuffle(rows.begin(), rows.end(), m.rng);
+  rows.resize(static_cast<std::size_t>(batch));
+
+  // Branch allocation (section 1): a fresh page per branch holding a copy of the request's last
+  // partial page, then the draft slots at offsets (last_page_len + j) % ps.
+  std::vector<std::int32_t>& seq_len = m.round_seq_len;
+  seq_len.clear();
+  std::vector<std::int64_t>& cache_loc = m.round_cache_loc;
+  cache_loc.assign(static_cast<std::size_t>(batch) * o.topk * o.num_steps, 0);
+  std::vector<std::int64_t>& branch_pages = m.round_branch_pages;
+  branch_pages.clear();
+  for (std::int32_t r = 0; r < batch; ++r) {
+    const request& req =
+        m.requests[static_cast<std::size_t>(rows[static_cast<std::size_t>(r)] - 1)];
+    seq_len.push_back(req.seq_len);
+    const std::int32_t lpl = req.seq_len % ps;
+    for (std::int32_t t = 0; t < o.topk; ++t) {
+      std::int64_t page = m.pages->allocate();
+      branch_pages.push_back(page);
+      for (std::int32_t j = 0; j < o.num_steps; ++j) {
+        const std::int32_t offset = (lpl + j) % ps;
+        if (j > 0 && offset == 0) {
+          page = m.pages->allocate();
+          branch_pages.push_back(page);
+        }
+        cache_loc[(static_cast<std::size_t>(r) * o.topk + t) * o.num_steps + j] =
+            page * ps + offset;
+      }
+    }
+  }
+  // The round's draft-model outputs (queries and K/V of each draft token), real rows only.
+  const std::size_t real_elems = static_cast<std::size_t>(batch) * o.topk * o.num_steps * m.hd;
+  for (std::size_t i = 0; i < real_elems; ++i) {
+    m.h_q[i] = m.random_value();
+    m.h_k[i] = m.random_value();
+    m.h_v[i] = m.random_value();
+  }
+  m.ex->copy_to_device(m.q_src.data(), m.h_q.data(), real_elems * sizeof(float));
+  m.ex->copy_to_device(m.k_src.data(), m.h_k.data(), real_elems * sizeof(float));
+  m.ex->copy_to_device(m.v_src.data(), m.h_v.data(), real_elems * sizeof(float));
+
+  round_inputs in;
+  in.batch = batch;
+  in.req_pool_index = rows.data();
+  in.seq_len = seq_len.data();
+  in.out_cache_loc = cache_loc.data();
+  m.rt->stage(in);
+  const step_view v0 = m.rt->view(m.rt->staged_bucket(), 0);
+  branch_page_copy_kernel::params copy{};
+  copy.req_to_token = m.d_req_to_token.as<std::int32_t>();
+  copy.req_to_token_stride = o.max_context;
+  copy.req_pool_index = v0.req_pool_index;
+  copy.seq_len = v0.seq_len;
+  copy.cache_loc = v0.out_cache_loc;
+  copy.cache_loc_stride = o.num_steps;
+  copy.topk = o.topk;
+  copy.page_size = ps;
+  copy.head_elems = m.hd;
+  copy.k_pool = m.k_pool.as<float>();
+  copy.v_pool = m.v_pool.as<float>();
+  m.launch<branch_page_copy_kernel>(copy, static_cast<std::int64_t>(batch) * o.topk,
+                                    m.cuda.branch_copy);
+
+}
+
+void sim_engine::step(std::int32_t s, bool eager) {
+  if (eager) {
+    impl_->rt->run_eager(s);
+  } else {
+    impl_->rt->replay(s);
+  }
+}
+
+void sim_engine::end_round() {
+  impl& m = *impl_;
+  for (const std::int64_t p : m.round_branch_pages) m.pages->release(p);
+  m.round_branch_pages.clear();
 }
 
 run_report sim_engine::run(const std::function<void(int, int)>& progress) {

@@ -82,6 +82,14 @@ class sim_engine {
   // replay (synchronising after it) into `report`. Throws verification_error or guard_violation.
   void run_round(std::int32_t round, std::int32_t batch, std::int32_t depth, bool verify,
                  run_report& report);
+  // The pieces of run_round, for benchmarks that time one step: begin_round picks `batch`
+  // requests, allocates their branches, uploads the round's draft outputs and stages the round;
+  // step(s) replays graph(B, s) (or, with eager, launches the same kernels without a graph) and
+  // does not synchronise; end_round frees the branch pages.
+  void begin_round(std::int32_t batch);
+  void step(std::int32_t s, bool eager);
+  void end_round();
+
   // The whole run with the options' rounds, batches and depths.
   run_report run(const std::function<void(int, int)>& progress = {});
 
