@@ -86,7 +86,7 @@ struct sim_engine::impl {
   void admit(std::int32_t row) {
     request r;
     r.pool_row = row;
-    r.seq_len = std::uniform_int_distribution<std::int32_t>(1, opt.max_context)(rng);
+    r.seq_len = std::uniform_int_distribution<std::int32_t>(opt.min_context, opt.max_context)(rng);
     r.k.resize(static_cast<std::size_t>(r.seq_len) * hd);
     r.v.resize(r.k.size());
     for (auto& x : r.k) x = random_value();
@@ -216,6 +216,9 @@ struct sim_engine::impl {
 
 sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_unique<impl>(ex, o)) {
   impl& m = *impl_;
+  SPECGRAPH_EXPECTS(o.min_context >= 1 && o.min_context <= o.max_context, "min_context",
+                    std::to_string(o.min_context) + " is outside [1, max_context " +
+                        std::to_string(o.max_context) + "]");
   SPECGRAPH_EXPECTS(
       o.head_dim >= 1 && o.head_dim <= max_head_dim, "head_dim",
       std::to_string(o.head_dim) + " is outside [1, " + std::to_string(max_head_dim) + "]");
@@ -444,7 +447,6 @@ void sim_engine::begin_round(std::int32_t batch) {
   copy.v_pool = m.v_pool.as<float>();
   m.launch<branch_page_copy_kernel>(copy, static_cast<std::int64_t>(batch) * o.topk,
                                     m.cuda.branch_copy);
-
 }
 
 void sim_engine::step(std::int32_t s, bool eager) {

@@ -26,6 +26,7 @@ struct sim_options {
   std::int32_t heads = 4;
   std::int32_t head_dim = 64;
   std::int32_t max_context = 1024;
+  std::int32_t min_context = 1;  // request prefixes are drawn from [min_context, max_context]
   std::int32_t rounds = 200;
   std::int32_t depth = 0;      // 0: num_steps every round; -1: random 1..num_steps per round
   std::int32_t min_batch = 1;  // batches are drawn uniformly from [min_batch, max_batch]

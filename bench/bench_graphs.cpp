@@ -1,0 +1,298 @@
+// Graph lifecycle (capture of one graph, instantiate, update, upload, capture of the whole
+// table) and replay costs: the host-side cost of stage() + replay() that a serving loop pays on
+// its CPU thread, and the device time of a replayed step against the same kernels launched
+// eagerly. Graphs here hold the metadata kernels only (no engine forward); bench_throughput runs
+// the full simulated forward.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_support.hpp"
+#include "branch_layout.hpp"
+#include "specgraph/runtime.hpp"
+
+namespace specgraph::bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+constexpr std::int32_t kTopk = 8, kSteps = 5, kPage = 16, kContext = 4096, kMaxBatch = 256;
+
+// An executor that records and instantiates like the host executor but whose graph launches do
+// nothing: what remains of stage() + replay() is the runtime's own bookkeeping.
+class null_kernel_executor final : public executor {
+ public:
+  null_kernel_executor() : inner_(make_host_executor()) {}
+  const char* name() const noexcept override { return "host-null-kernels"; }
+  device_stream stream() const noexcept override { return nullptr; }
+  void* allocate(std::size_t n) override { return inner_->allocate(n); }
+  void deallocate(void* p) noexcept override { inner_->deallocate(p); }
+  void copy_to_device(void* d, const void* s, std::size_t n) override {
+    inner_->copy_to_device(d, s, n);
+  }
+  void copy_on_device(void* d, const void* s, std::size_t n) override {
+    inner_->copy_on_device(d, s, n);
+  }
+  void copy_to_host(void* d, const void* s, std::size_t n) override {
+    inner_->copy_to_host(d, s, n);
+  }
+  void fill_bytes(void* d, unsigned char v, std::size_t n) override { inner_->fill_bytes(d, v, n); }
+  void launch(const kernel_launch& k) override { inner_->launch(k); }
+  void synchronize() override { inner_->synchronize(); }
+  void begin_capture() override { inner_->begin_capture(); }
+  std::unique_ptr<graph> end_capture() override { return inner_->end_capture(); }
+  void abort_capture() noexcept override { inner_->abort_capture(); }
+  bool capturing() const noexcept override { return inner_->capturing(); }
+  std::unique_ptr<graph_exec> instantiate(const graph& g) override {
+    return inner_->instantiate(g);
+  }
+  bool update(graph_exec& e, const graph& g) override { return inner_->update(e, g); }
+  void upload(graph_exec& e) override { inner_->upload(e); }
+  void launch_graph(graph_exec&) override { ++counters_.graph_launches; }
+
+ private:
+  std::unique_ptr<executor> inner_;
+};
+
+executor& bench_executor(const std::string& kind) {
+  static null_kernel_executor null_host;
+  return kind == "host-null-kernels" ? static_cast<executor&>(null_host) : shared_executor(kind);
+}
+
+// A runtime at the default table (buckets up to 256, topk 8, 5 steps) and a pool of rounds.
+struct fixture {
+  device_buffer req_to_token;
+  std::unique_ptr<draft_runtime> rt;
+  std::vector<specgraph::testing::branch_round> rounds;  // one per bucket size asked for
+  std::vector<std::vector<std::int32_t>> pool_index;
+
+  fixture(executor& ex, bool capture) {
+    draft_config c;
+    c.max_batch = kMaxBatch;
+    c.topk = kTopk;
+    c.num_steps = kSteps;
+    c.page_size = kPage;
+    c.max_context_len = kContext;
+    c.pool_rows = kMaxBatch + 1;
+    c.kv_slots = std::int64_t{1} << 30;
+    std::vector<std::int32_t> rtt(static_cast<std::size_t>(c.pool_rows) * kContext);
+    for (std::size_t i = 0; i < rtt.size(); ++i) rtt[i] = static_cast<std::int32_t>(i % (1 << 24));
+    req_to_token = device_buffer(ex, rtt.size() * 4);
+    ex.copy_to_device(req_to_token.data(), rtt.data(), rtt.size() * 4);
+    rt = std::make_unique<draft_runtime>(ex, c, engine_tables{req_to_token.as<std::int32_t>()});
+    if (capture) rt->capture();
+  }
+
+  round_inputs inputs(std::int32_t batch) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(batch));
+    rounds.push_back(
+        specgraph::testing::make_branch_round(rng, batch, kTopk, kSteps, kPage, kContext));
+    pool_index.emplace_back();
+    for (std::int32_t r = 0; r < batch; ++r) pool_index.back().push_back(1 + r);
+    round_inputs in;
+    in.batch = batch;
+    in.req_pool_index = pool_index.back().data();
+    in.seq_len = rounds.back().seq_len.data();
+    in.out_cache_loc = rounds.back().cache_loc.data();
+    return in;
+  }
+};
+
+fixture& shared_fixture(const std::string& kind) {
+  static std::unique_ptr<fixture> fixtures[3];
+  const int i = kind == "host" ? 0 : kind == "cuda" ? 1 : 2;
+  if (!fixtures[i]) fixtures[i] = std::make_unique<fixture>(bench_executor(kind), true);
+  return *fixtures[i];
+}
+
+void capture_one(benchmark::State& state, const std::string& kind) {
+  fixture& f = shared_fixture(kind);
+  const auto bucket = static_cast<std::int32_t>(state.range(0));
+  const auto step = static_cast<std::int32_t>(state.range(1));
+  for (auto _ : state) {
+    const auto t0 = clock_type::now();
+    auto g = f.rt->capture_graph(bucket, step);
+    state.SetIterationTime(since(t0));
+    benchmark::DoNotOptimize(g);
+  }
+}
+
+void instantiate(benchmark::State& state, const std::string& kind) {
+  executor& ex = bench_executor(kind);
+  fixture& f = shared_fixture(kind);
+  auto g = f.rt->capture_graph(static_cast<std::int32_t>(state.range(0)),
+                               static_cast<std::int32_t>(state.range(1)));
+  for (auto _ : state) {
+    const auto t0 = clock_type::now();
+    auto exec = ex.instantiate(*g);
+    state.SetIterationTime(since(t0));
+    benchmark::DoNotOptimize(exec);
+  }
+}
+
+void update(benchmark::State& state, const std::string& kind) {
+  executor& ex = bench_executor(kind);
+  fixture& f = shared_fixture(kind);
+  const auto bucket = static_cast<std::int32_t>(state.range(0));
+  const auto step = static_cast<std::int32_t>(state.range(1));
+  auto g = f.rt->capture_graph(bucket, step);
+  auto g2 = f.rt->capture_graph(bucket, step);
+  auto exec = ex.instantiate(*g);
+  for (auto _ : state) {
+    const auto t0 = clock_type::now();
+    const bool ok = ex.update(*exec, *g2);
+    state.SetIterationTime(since(t0));
+    if (!ok) state.SkipWithError("update refused an identical topology");
+  }
+}
+
+void upload(benchmark::State& state, const std::string& kind) {
+  executor& ex = bench_executor(kind);
+  fixture& f = shared_fixture(kind);
+  auto g = f.rt->capture_graph(static_cast<std::int32_t>(state.range(0)),
+                               static_cast<std::int32_t>(state.range(1)));
+  auto exec = ex.instantiate(*g);
+  for (auto _ : state) state.SetIterationTime(device_seconds(ex, [&] { ex.upload(*exec); }));
+}
+
+// Capture + instantiate of the whole default table (50 buckets x 5 steps) on a fresh runtime.
+void capture_table(benchmark::State& state, const std::string& kind) {
+  executor& ex = bench_executor(kind);
+  std::int32_t graphs = 0;
+  for (auto _ : state) {
+    fixture f(ex, false);
+    const auto t0 = clock_type::now();
+    graphs = f.rt->capture().graphs;
+    state.SetIterationTime(since(t0));
+  }
+  state.counters["graphs"] = graphs;
+}
+
+// Host cost of one round's stage() and each step's replay(), as the serving loop's CPU thread
+// pays it. On "host-null-kernels" graph launches do nothing, leaving the runtime's bookkeeping;
+// on "cuda" replay enqueues cudaGraphLaunch (the stream is drained every 32 rounds, untimed).
+void stage_and_replay(benchmark::State& state, const std::string& kind) {
+  executor& ex = bench_executor(kind);
+  fixture& f = shared_fixture(kind);
+  const round_inputs in = f.inputs(static_cast<std::int32_t>(state.range(0)));
+  std::int64_t rounds = 0;
+  double stage_s = 0, replay_s = 0;
+  for (auto _ : state) {
+    const auto t0 = clock_type::now();
+    f.rt->stage(in);
+    const auto t1 = clock_type::now();
+    for (std::int32_t s = 0; s < kSteps; ++s) f.rt->replay(s);
+    const auto t2 = clock_type::now();
+    stage_s += std::chrono::duration<double>(t1 - t0).count();
+    replay_s += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(std::chrono::duration<double>(t2 - t0).count());
+    if (++rounds % 32 == 0) {
+      state.PauseTiming();
+      ex.synchronize();
+      state.ResumeTiming();
+    }
+  }
+  ex.synchronize();
+  const double n = static_cast<double>(rounds);
+  // Per draft step: stage() amortised over the round's steps plus one replay().
+  state.counters["us_per_step"] = 1e6 * (stage_s + replay_s) / (n * kSteps);
+  state.counters["us_stage"] = 1e6 * stage_s / n;
+  state.counters["us_replay"] = 1e6 * replay_s / (n * kSteps);
+}
+
+// Device time of step s replayed as a graph vs the same kernels launched eagerly.
+void step_device_time(benchmark::State& state, const std::string& kind, bool eager) {
+  executor& ex = bench_executor(kind);
+  fixture& f = shared_fixture(kind);
+  const auto bucket = static_cast<std::int32_t>(state.range(0));
+  const auto step = static_cast<std::int32_t>(state.range(1));
+  const round_inputs in = f.inputs(bucket);
+  for (auto _ : state) {
+    state.PauseTiming();
+    f.rt->stage(in);
+    for (std::int32_t s = 0; s < step; ++s) f.rt->replay(s);
+    ex.synchronize();
+    state.ResumeTiming();
+    state.SetIterationTime(device_seconds(ex, [&] {
+      if (eager) {
+        f.rt->run_eager(step);
+      } else {
+        f.rt->replay(step);
+      }
+    }));
+  }
+  state.SetItemsProcessed(state.iterations() * bucket * kTopk);
+}
+
+}  // namespace
+}  // namespace specgraph::bench
+
+int main(int argc, char** argv) {
+  using namespace specgraph::bench;
+  using benchmark::RegisterBenchmark;
+  std::vector<std::string> kinds = available_executors();
+  for (const std::string& kind : kinds) {
+    const std::vector<std::vector<std::int64_t>> one = {{1, 64, 256}, {0, 4}};
+    RegisterBenchmark(("lifecycle/capture_one/" + kind).c_str(),
+                      [kind](benchmark::State& s) { capture_one(s, kind); })
+        ->ArgNames({"bucket", "step"})
+        ->ArgsProduct(one)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    RegisterBenchmark(("lifecycle/instantiate/" + kind).c_str(),
+                      [kind](benchmark::State& s) { instantiate(s, kind); })
+        ->ArgNames({"bucket", "step"})
+        ->ArgsProduct(one)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    RegisterBenchmark(("lifecycle/update/" + kind).c_str(),
+                      [kind](benchmark::State& s) { update(s, kind); })
+        ->ArgNames({"bucket", "step"})
+        ->ArgsProduct(one)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    RegisterBenchmark(("lifecycle/upload/" + kind).c_str(),
+                      [kind](benchmark::State& s) { upload(s, kind); })
+        ->ArgNames({"bucket", "step"})
+        ->ArgsProduct(one)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+    RegisterBenchmark(("lifecycle/capture_table/" + kind).c_str(),
+                      [kind](benchmark::State& s) { capture_table(s, kind); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+    for (const bool eager : {false, true}) {
+      RegisterBenchmark(
+          ("replay/step_device_time/" + std::string(eager ? "eager/" : "graph/") + kind).c_str(),
+          [kind, eager](benchmark::State& s) { step_device_time(s, kind, eager); })
+          ->ArgNames({"bucket", "step"})
+          ->ArgsProduct({{1, 8, 64, 256}, {0, 4}})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  kinds.front() = "host-null-kernels";  // host bookkeeping without the kernels
+  for (const std::string& kind : kinds) {
+    RegisterBenchmark(("replay/stage_and_replay/" + kind).c_str(),
+                      [kind](benchmark::State& s) { stage_and_replay(s, kind); })
+        ->ArgNames({"bucket"})
+        ->Arg(1)
+        ->Arg(8)
+        ->Arg(64)
+        ->Arg(256)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

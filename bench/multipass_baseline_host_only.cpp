@@ -1,0 +1,7 @@
+#include "multipass_baseline.hpp"
+
+namespace specgraph::bench {
+multipass_cuda_launchers multipass_cuda() {
+  return {};
+}
+}  // namespace specgraph::bench
