@@ -107,7 +107,9 @@ struct fixture {
 };
 
 fixture& shared_fixture(const std::string& kind) {
-  static std::unique_ptr<fixture> fixtures[3];
+  // Never destroyed: the executors they allocate from are function-local statics too, and
+  // exit-time destruction order between them is not ours to choose.
+  static auto* fixtures = new std::unique_ptr<fixture>[3];
   const int i = kind == "host" ? 0 : kind == "cuda" ? 1 : 2;
   if (!fixtures[i]) fixtures[i] = std::make_unique<fixture>(bench_executor(kind), true);
   return *fixtures[i];

@@ -17,8 +17,10 @@ namespace specgraph::bench {
 namespace {
 
 sim::sim_engine& engine_for(const std::string& kind, std::int32_t bucket) {
-  static std::map<std::pair<std::string, std::int32_t>, std::unique_ptr<sim::sim_engine>> engines;
-  auto& slot = engines[{kind, bucket}];
+  // Never destroyed (see bench_graphs.cpp): engines must not outlive their executor at exit.
+  static auto* engines =
+      new std::map<std::pair<std::string, std::int32_t>, std::unique_ptr<sim::sim_engine>>();
+  auto& slot = (*engines)[{kind, bucket}];
   if (!slot) {
     sim::sim_options o;  // the `specgraph run` defaults, at a fixed batch
     o.max_batch = bucket;
