@@ -272,9 +272,9 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
         << "); today's engine sizing: " << pl.today.total_bytes << " bytes ("
         << static_cast<double>(pl.today.total_bytes) / static_cast<double>(pl.total_bytes)
         << "x more)\n";
-    out << std::setprecision(3) << "capture: " << cap.graphs << " graphs in " << cap.total_seconds
-        << " s (" << 1e3 * cap.total_seconds / std::max(1, cap.graphs) << " ms each), "
-        << cap.instantiated << " instantiated, " << cap.updated << " updated\n";
+    out << std::setprecision(3) << "capture: " << cap.graphs << " graphs in "
+        << 1e3 * cap.total_seconds << " ms (" << 1e6 * cap.total_seconds / std::max(1, cap.graphs)
+        << " us each), " << cap.instantiated << " instantiated, " << cap.updated << " updated\n";
     out << "\n step    d  replays   mean ms    p50 ms    p99 ms   draft tokens/s\n";
     std::int64_t replays = 0;
     for (const sim::step_stats& st : report.steps) {

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Turns the benchmark JSON of scripts/run-benchmarks.sh into PNG plots and summary.md.
+
+usage: plot_bench.py RESULTS_DIR OUT_DIR
+  throughput.png          draft tokens/s per spec step and bucket, graph vs eager
+  metadata_fused_vs_multipass.png   fused expand kernel vs the multi-pass baseline
+  host_overhead.png       host cost of stage() + replay() per draft step
+  summary.md              the numbers the README quotes
+"""
+import json
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(path):
+    with open(path) as f:
+        doc = json.load(f)
+    rows = []
+    for b in doc["benchmarks"]:
+        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+            continue
+        name = b["name"].replace("/manual_time", "")
+        args = dict(re.findall(r"(\w+):(\d+)", name))
+        b["args"] = {k: int(v) for k, v in args.items()}
+        b["base"] = re.sub(r"/\w+:\d+", "", name)
+        rows.append(b)
+    return doc.get("context", {}), rows
+
+
+def seconds(b):
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b.get("time_unit", "ns")]
+    return b["real_time"] * scale
+
+
+def plot_throughput(rows, out):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    buckets = sorted({b["args"]["bucket"] for b in rows})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lines = []
+    for i, bucket in enumerate(buckets):
+        for mode, style in (("graph", "-"), ("eager", "--")):
+            pts = sorted(
+                (b["args"]["step"], b["items_per_second"])
+                for b in rows
+                if b["args"]["bucket"] == bucket and f"/{mode}/" in b["base"]
+            )
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o",
+                        color=colors[i % len(colors)], label=f"bucket {bucket}, {mode}")
+                lines.append((bucket, mode, pts))
+    ax.set_xticks(sorted({b["args"]["step"] for b in rows}))
+    ax.set_xlabel("draft step s (decode length s + 1)")
+    ax.set_ylabel("draft tokens / s")
+    ax.set_yscale("log")
+    ax.set_title("specgraph run workload: throughput per spec step")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
+    return lines
+
+
+def plot_metadata(rows, out):
+    sel = [b for b in rows if b["base"].startswith("expand/")
+           and b["args"].get("topk") == 8 and b["args"].get("page_size") == 16]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ratios = {}
+    for step, marker in ((0, "o"), (4, "s")):
+        for variant, style in (("fused", "-"), ("multipass", "--")):
+            pts = sorted((b["args"]["bucket"], seconds(b) * 1e6) for b in sel
+                         if b["args"]["step"] == step and f"/{variant}/" in b["base"])
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=marker,
+                        label=f"{variant}, step {step}")
+        fused = {b["args"]["bucket"]: seconds(b) for b in sel
+                 if b["args"]["step"] == step and "/fused/" in b["base"]}
+        multi = {b["args"]["bucket"]: seconds(b) for b in sel
+                 if b["args"]["step"] == step and "/multipass/" in b["base"]}
+        for bucket in fused:
+            if bucket in multi:
+                ratios[(bucket, step)] = multi[bucket] / fused[bucket]
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("bucket (requests), topk 8, page size 16")
+    ax.set_ylabel("time per launch set (us)")
+    ax.set_title("expand metadata: fused kernel vs multi-pass baseline")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "metadata_fused_vs_multipass.png"), dpi=110)
+    return ratios
+
+
+def plot_host_overhead(rows, out):
+    sel = [b for b in rows if b["base"].startswith("replay/stage_and_replay/")]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    table = []
+    for kind in sorted({b["base"].split("/")[-1] for b in sel}):
+        pts = sorted((b["args"]["bucket"], b["us_per_step"], b["us_stage"], b["us_replay"])
+                     for b in sel if b["base"].endswith("/" + kind))
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{kind}: per step")
+        ax.plot([p[0] for p in pts], [p[3] for p in pts], "--", marker=".",
+                label=f"{kind}: replay() alone")
+        table += [(kind,) + p for p in pts]
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bucket (requests), topk 8, 5 steps")
+    ax.set_ylabel("host microseconds")
+    ax.set_title("host cost of stage() + replay() per draft step")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "host_overhead.png"), dpi=110)
+    return table
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    results, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    ctx, meta = load(os.path.join(results, "bench_metadata.json"))
+    _, graphs = load(os.path.join(results, "bench_graphs.json"))
+    _, thr = load(os.path.join(results, "bench_throughput.json"))
+    lines = plot_throughput(thr, out)
+    ratios = plot_metadata(meta, out)
+    host = plot_host_overhead(graphs, out)
+    md = [f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
+          f"{ctx.get('date', '')}; specgraph built Release (Google Benchmark's own library: "
+          f"{ctx.get('library_build_type', '?')} build)", ""]
+    md += ["| expand metadata, topk 8, page size 16 | multi-pass / fused time |", "|---|---|"]
+    for (bucket, step), r in sorted(ratios.items()):
+        md.append(f"| bucket {bucket}, step {step} | {r:.2f}x |")
+    md += ["", "| executor | bucket | us per step | stage() us | replay() us |", "|---|---|---|---|---|"]
+    for kind, bucket, per_step, stage, replay in host:
+        md.append(f"| {kind} | {bucket} | {per_step:.3f} | {stage:.3f} | {replay:.3f} |")
+    md += ["", "| bucket | mode | draft tokens/s at step 0 .. 4 |", "|---|---|---|"]
+    for bucket, mode, pts in lines:
+        md.append(f"| {bucket} | {mode} | " + ", ".join(f"{p[1]:,.0f}" for p in pts) + " |")
+    for b in graphs:
+        if b["base"].startswith("lifecycle/capture_table/"):
+            md.append(f"\nCapture + instantiate of the whole default table ({b['base'].split('/')[-1]}, "
+                      f"{int(b.get('graphs', 0))} graphs, metadata kernels only): {seconds(b) * 1e3:.2f} ms")
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
