@@ -20,7 +20,9 @@ void at_least(const std::string& field, std::int64_t value, std::int64_t minimum
                     std::to_string(value) + " is below the minimum " + std::to_string(minimum));
 }
 
-std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
+std::size_t align_up(std::size_t x, std::size_t a) {
+  return (x + a - 1) / a * a;
+}
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -91,11 +93,11 @@ void validate(const draft_config& c) {
     at_least("sparse.max_keys", s.max_keys, 1);
     SPECGRAPH_EXPECTS(s.vertical_size.size() == static_cast<std::size_t>(s.heads),
                       "sparse.vertical_size",
-                      std::to_string(s.vertical_size.size()) + " entries, expected heads = " +
-                          std::to_string(s.heads));
+                      std::to_string(s.vertical_size.size()) +
+                          " entries, expected heads = " + std::to_string(s.heads));
     SPECGRAPH_EXPECTS(s.slash_size.size() == static_cast<std::size_t>(s.heads), "sparse.slash_size",
-                      std::to_string(s.slash_size.size()) + " entries, expected heads = " +
-                          std::to_string(s.heads));
+                      std::to_string(s.slash_size.size()) +
+                          " entries, expected heads = " + std::to_string(s.heads));
     for (std::size_t h = 0; h < s.vertical_size.size(); ++h) {
       at_least(indexed("sparse.vertical_size", h), s.vertical_size[h], 0);
       at_least(indexed("sparse.slash_size", h), s.slash_size[h], 0);
@@ -205,9 +207,9 @@ const buffer_spec& plan::find(const std::string& name, std::int32_t step) const 
 
 std::int32_t plan::bucket_for(std::int32_t batch) const {
   SPECGRAPH_EXPECTS(batch >= 1, "batch", std::to_string(batch) + " is below the minimum 1");
-  SPECGRAPH_EXPECTS(batch <= max_bucket(), "batch",
-                    std::to_string(batch) + " exceeds the largest bucket " +
-                        std::to_string(max_bucket()));
+  SPECGRAPH_EXPECTS(
+      batch <= max_bucket(), "batch",
+      std::to_string(batch) + " exceeds the largest bucket " + std::to_string(max_bucket()));
   return *std::lower_bound(config.buckets.begin(), config.buckets.end(), batch);
 }
 
@@ -219,15 +221,15 @@ std::string plan::report_text() const {
   for (const buffer_spec& b : buffers) {
     s << std::left << std::setw(28) << b.name << std::setw(6)
       << (b.step == all_steps ? std::string("all") : std::to_string(b.step)) << std::setw(18)
-      << shape_string(b.shape) << std::setw(12) << to_string(b.type) << std::right
-      << std::setw(10) << b.capacity << std::setw(12) << b.offset << std::setw(12) << b.bytes
-      << '\n';
+      << shape_string(b.shape) << std::setw(12) << to_string(b.type) << std::right << std::setw(10)
+      << b.capacity << std::setw(12) << b.offset << std::setw(12) << b.bytes << '\n';
   }
   const double ratio = static_cast<double>(today.total_bytes) / static_cast<double>(total_bytes);
-  s << "arena: " << total_bytes << " bytes in one allocation (" << buffers.size()
-    << " buffers, " << config.buckets.size() << " buckets up to " << max_bucket() << ")\n"
-    << "prefix page table: " << our_prefix_table_bytes << " bytes once; today's engine sizing: "
-    << today.prefix_table_bytes << " bytes (max_context_len wide, one per step)\n"
+  s << "arena: " << total_bytes << " bytes in one allocation (" << buffers.size() << " buffers, "
+    << config.buckets.size() << " buckets up to " << max_bucket() << ")\n"
+    << "prefix page table: " << our_prefix_table_bytes
+    << " bytes once; today's engine sizing: " << today.prefix_table_bytes
+    << " bytes (max_context_len wide, one per step)\n"
     << "expand page tables: " << our_expand_table_bytes
     << " bytes (d + 1 wide per step); today's engine sizing: " << today.expand_table_bytes
     << " bytes (num_steps wide per step)\n"
@@ -257,8 +259,9 @@ std::string plan::report_json() const {
   for (std::size_t i = 0; i < config.buckets.size(); ++i) s << (i ? "," : "") << config.buckets[i];
   const double ratio = static_cast<double>(today.total_bytes) / static_cast<double>(total_bytes);
   s << "],\"total_bytes\":" << total_bytes << ",\"prefix_table_bytes\":" << our_prefix_table_bytes
-    << ",\"expand_table_bytes\":" << our_expand_table_bytes << ",\"today\":{\"prefix_table_bytes\":"
-    << today.prefix_table_bytes << ",\"expand_table_bytes\":" << today.expand_table_bytes
+    << ",\"expand_table_bytes\":" << our_expand_table_bytes
+    << ",\"today\":{\"prefix_table_bytes\":" << today.prefix_table_bytes
+    << ",\"expand_table_bytes\":" << today.expand_table_bytes
     << ",\"total_bytes\":" << today.total_bytes << "},\"ratio\":" << ratio << "}";
   return s.str();
 }

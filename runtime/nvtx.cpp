@@ -18,8 +18,7 @@ nvtx_string nvtx_register(const char* message) {
   return nvtxDomainRegisterStringA(domain(), message);
 }
 
-nvtx_range::nvtx_range(nvtx_string message, std::int64_t payload,
-                       std::uint32_t category) noexcept {
+nvtx_range::nvtx_range(nvtx_string message, std::int64_t payload, std::uint32_t category) noexcept {
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;
   a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
@@ -34,9 +33,13 @@ nvtx_range::nvtx_range(nvtx_string message, std::int64_t payload,
   nvtxDomainRangePushEx(domain(), &a);
 }
 
-nvtx_range::~nvtx_range() { nvtxDomainRangePop(domain()); }
+nvtx_range::~nvtx_range() {
+  nvtxDomainRangePop(domain());
+}
 #else
-nvtx_string nvtx_register(const char*) { return nullptr; }
+nvtx_string nvtx_register(const char*) {
+  return nullptr;
+}
 nvtx_range::nvtx_range(nvtx_string, std::int64_t, std::uint32_t) noexcept {}
 nvtx_range::~nvtx_range() = default;
 #endif

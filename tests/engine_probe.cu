@@ -2,5 +2,7 @@
 #include "specgraph/row_kernel_cuda.cuh"
 
 namespace specgraph::testing {
-cuda_rows_fn engine_probe_cuda() { return &cuda_rows<engine_probe_kernel>; }
+cuda_rows_fn engine_probe_cuda() {
+  return &cuda_rows<engine_probe_kernel>;
+}
 }  // namespace specgraph::testing

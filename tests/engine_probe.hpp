@@ -27,10 +27,12 @@ struct engine_probe_kernel {
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
     std::int64_t h = 1469598103934665603LL;
     auto mix = [&h](std::int64_t v) { h = (h ^ v) * 1099511628211LL; };
-    for (std::int32_t c = 0; c < p.expand_capacity; ++c) mix(p.expand_table[row * p.expand_capacity + c]);
+    for (std::int32_t c = 0; c < p.expand_capacity; ++c)
+      mix(p.expand_table[row * p.expand_capacity + c]);
     mix(p.expand_cache_seqlen[row]);
     const std::int64_t request = row / p.topk;
-    for (std::int32_t c = 0; c < p.prefix_capacity; ++c) mix(p.prefix_table[request * p.prefix_stride + c]);
+    for (std::int32_t c = 0; c < p.prefix_capacity; ++c)
+      mix(p.prefix_table[request * p.prefix_stride + c]);
     mix(p.prefix_seqlen[request]);
     p.out[row] = h;
   }

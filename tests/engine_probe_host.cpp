@@ -1,5 +1,7 @@
 #include "engine_probe.hpp"
 
 namespace specgraph::testing {
-cuda_rows_fn engine_probe_cuda() { return nullptr; }
+cuda_rows_fn engine_probe_cuda() {
+  return nullptr;
+}
 }  // namespace specgraph::testing

@@ -73,11 +73,11 @@ TEST(Nvtx, RangesNameEveryPhaseWithBucketAndStep) {
     sequence.push_back(std::to_string(e.depth) + " " + e.message + " " + std::to_string(e.payload) +
                        " c" + std::to_string(e.category));
   }
-  const std::vector<std::string> want_tail{
-      "0 capture step 0 8 c1", "0 capture step 1 8 c2", "0 capture step 2 8 c3",
-      "0 capture step 0 4 c1", "0 capture step 1 4 c2", "0 capture step 2 4 c3",
-      "0 stage 3 c0",          "0 round 4 c2",          "1 replay step 0 4 c1",
-      "1 replay step 1 4 c2"};
+  const std::vector<std::string> want_tail{"0 capture step 0 8 c1", "0 capture step 1 8 c2",
+                                           "0 capture step 2 8 c3", "0 capture step 0 4 c1",
+                                           "0 capture step 1 4 c2", "0 capture step 2 4 c3",
+                                           "0 stage 3 c0",          "0 round 4 c2",
+                                           "1 replay step 0 4 c1",  "1 replay step 1 4 c2"};
   ASSERT_GE(sequence.size(), want_tail.size() + 1);
   EXPECT_EQ(std::vector<std::string>(sequence.end() - static_cast<std::ptrdiff_t>(want_tail.size()),
                                      sequence.end()),

@@ -50,9 +50,11 @@ class sim_engine {
     device_rtt_ = device_buffer(ex, req_to_token_.size() * sizeof(std::int32_t));
     ex.copy_to_device(device_rtt_.data(), req_to_token_.data(),
                       req_to_token_.size() * sizeof(std::int32_t));
-    runtime_ = std::make_unique<draft_runtime>(ex, config, engine_tables{device_rtt_.as<std::int32_t>()});
+    runtime_ =
+        std::make_unique<draft_runtime>(ex, config, engine_tables{device_rtt_.as<std::int32_t>()});
     const std::size_t rows = static_cast<std::size_t>(runtime_->plan().max_bucket()) * config.topk;
-    probe_out_ = device_buffer(ex, rows * static_cast<std::size_t>(config.num_steps) * sizeof(std::int64_t));
+    probe_out_ =
+        device_buffer(ex, rows * static_cast<std::size_t>(config.num_steps) * sizeof(std::int64_t));
     ex.fill_bytes(probe_out_.data(), 0, probe_out_.size());
     ex.synchronize();
     runtime_->set_forward([this](const step_view& v) { probe_forward(v); });

@@ -383,7 +383,8 @@ TEST_P(Runtime, EagerStepsEqualReplayedSteps) {
     auto snapshot = [&] {
       std::vector<std::vector<std::int64_t>> out;
       for (std::int32_t s = 0; s < 4; ++s) out.push_back(eng.read(eng.probe_out(s), rows));
-      const auto prefix = eng.read(eng.rt().buffer<std::int32_t>("prefix.page_table"), rows / 3 * 16);
+      const auto prefix =
+          eng.read(eng.rt().buffer<std::int32_t>("prefix.page_table"), rows / 3 * 16);
       out.emplace_back(prefix.begin(), prefix.end());
       return out;
     };

@@ -30,7 +30,8 @@ int main() {
   // Engine-owned output: each step's expand table, copied inside the graph.
   device_buffer copied(*ex, 2 * 8 * 3 * sizeof(std::int32_t));
   rt.set_forward([&](const step_view& v) {
-    const std::size_t bytes = static_cast<std::size_t>(v.rows) * v.expand_capacity * sizeof(std::int32_t);
+    const std::size_t bytes =
+        static_cast<std::size_t>(v.rows) * v.expand_capacity * sizeof(std::int32_t);
     v.ex->copy_on_device(copied.as<std::int32_t>() + v.step * 8 * 3, v.expand_page_table, bytes);
   });
   const capture_report report = rt.capture();
@@ -48,10 +49,12 @@ int main() {
   rt.run_round(2);
 
   std::vector<std::int32_t> step1(2 * 3);
-  ex->copy_to_host(step1.data(), copied.as<std::int32_t>() + 8 * 3, step1.size() * sizeof(std::int32_t));
+  ex->copy_to_host(step1.data(), copied.as<std::int32_t>() + 8 * 3,
+                   step1.size() * sizeof(std::int32_t));
   const std::vector<std::int32_t> want{20, 21, 0, 30, 31, 0};
   std::vector<std::int32_t> prefix(4);
-  ex->copy_to_host(prefix.data(), rt.buffer<std::int32_t>("prefix.page_table"), 4 * sizeof(std::int32_t));
+  ex->copy_to_host(prefix.data(), rt.buffer<std::int32_t>("prefix.page_table"),
+                   4 * sizeof(std::int32_t));
   if (step1 != want || prefix[0] != 9 || prefix[1] != 0) {
     std::fprintf(stderr, "engine_consumer: unexpected tables\n");
     return 1;

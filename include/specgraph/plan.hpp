@@ -57,8 +57,8 @@ struct buffer_spec {
   std::int32_t step = all_steps;    // the draft step, or all_steps for step-invariant buffers
   std::vector<std::int64_t> shape;  // e.g. {max_bucket * topk, step + 2}
   dtype type = dtype::int32;
-  std::int64_t capacity = 0;        // writable columns per row (the last dimension)
-  std::size_t offset = 0;           // byte offset in the arena, a multiple of alignment
+  std::int64_t capacity = 0;  // writable columns per row (the last dimension)
+  std::size_t offset = 0;     // byte offset in the arena, a multiple of alignment
   std::size_t bytes = 0;
   std::size_t alignment = arena_alignment;
 };
@@ -75,7 +75,7 @@ struct plan {
   draft_config config;               // validated, with buckets filled in
   std::vector<buffer_spec> buffers;  // in arena order
   std::size_t total_bytes = 0;
-  engine_sizing today;               // the comparison sizing
+  engine_sizing today;  // the comparison sizing
   std::size_t our_prefix_table_bytes = 0;
   std::size_t our_expand_table_bytes = 0;
 
@@ -92,8 +92,12 @@ struct plan {
 plan make_plan(const draft_config& config);
 
 // Guard words in the "guards" buffer: one per launch site.
-inline std::int32_t guard_index_prefix() { return 0; }
-inline std::int32_t guard_index_expand(std::int32_t step) { return 1 + step; }
+inline std::int32_t guard_index_prefix() {
+  return 0;
+}
+inline std::int32_t guard_index_expand(std::int32_t step) {
+  return 1 + step;
+}
 inline std::int32_t guard_index_sparse(const draft_config& c, std::int32_t stage_kind) {
   return 1 + c.num_steps + stage_kind;
 }
