@@ -1,6 +1,11 @@
 # ctest driver: install this build into a scratch prefix, build the engine stand-in against the
 # installed package (find_package), and also through add_subdirectory; run both.
-# Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR.
+# Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, ENABLE_CUDA, SANITIZE (the main build's
+# SPECGRAPH_SANITIZE: a sanitized library needs a consumer linked with the same sanitizers).
+set(flags "")
+if(SANITIZE)
+  set(flags -DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE} -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE})
+endif()
 function(run_step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -12,10 +17,11 @@ endfunction()
 file(REMOVE_RECURSE ${WORK_DIR})
 run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/install)
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/engine_consumer -B ${WORK_DIR}/installed
-         -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/install)
+         -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/install ${flags})
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/installed)
 run_step(${WORK_DIR}/installed/engine_consumer)
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/engine_consumer -B ${WORK_DIR}/subdirectory
-         -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DSPECGRAPH_SOURCE_DIR=${SOURCE_DIR})
+         -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DSPECGRAPH_SOURCE_DIR=${SOURCE_DIR}
+         -DSPECGRAPH_ENABLE_CUDA=${ENABLE_CUDA} ${flags})
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/subdirectory)
 run_step(${WORK_DIR}/subdirectory/engine_consumer)

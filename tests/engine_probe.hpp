@@ -25,8 +25,9 @@ struct engine_probe_kernel {
   static constexpr const char* name = "engine_probe";
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
-    std::int64_t h = 1469598103934665603LL;
-    auto mix = [&h](std::int64_t v) { h = (h ^ v) * 1099511628211LL; };
+    // FNV-1a, unsigned: wraparound is defined (signed overflow would be undefined).
+    std::uint64_t h = 1469598103934665603ULL;
+    auto mix = [&h](std::int64_t v) { h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ULL; };
     for (std::int32_t c = 0; c < p.expand_capacity; ++c)
       mix(p.expand_table[row * p.expand_capacity + c]);
     mix(p.expand_cache_seqlen[row]);
@@ -34,7 +35,7 @@ struct engine_probe_kernel {
     for (std::int32_t c = 0; c < p.prefix_capacity; ++c)
       mix(p.prefix_table[request * p.prefix_stride + c]);
     mix(p.prefix_seqlen[request]);
-    p.out[row] = h;
+    p.out[row] = static_cast<std::int64_t>(h);
   }
 };
 
