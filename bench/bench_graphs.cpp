@@ -47,6 +47,7 @@ class null_kernel_executor final : public executor {
   void fill_bytes(void* d, unsigned char v, std::size_t n) override { inner_->fill_bytes(d, v, n); }
   void launch(const kernel_launch& k) override { inner_->launch(k); }
   void synchronize() override { inner_->synchronize(); }
+  double time_device(const std::function<void()>& f) override { return inner_->time_device(f); }
   void begin_capture() override { inner_->begin_capture(); }
   std::unique_ptr<graph> end_capture() override { return inner_->end_capture(); }
   void abort_capture() noexcept override { inner_->abort_capture(); }

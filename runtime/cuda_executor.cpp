@@ -53,6 +53,20 @@ class unique_stream {
   cudaStream_t s_ = nullptr;
 };
 
+class unique_event {
+ public:
+  unique_event() { SPECGRAPH_CUDA_TRY(cudaEventCreate(&e_)); }
+  ~unique_event() {
+    if (e_ != nullptr) (void)cudaEventDestroy(e_);
+  }
+  unique_event(const unique_event&) = delete;
+  unique_event& operator=(const unique_event&) = delete;
+  cudaEvent_t get() const noexcept { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
 class cuda_graph final : public graph {
  public:
   explicit cuda_graph(cudaGraph_t g) : g_(g) {}
@@ -134,6 +148,17 @@ class cuda_executor final : public executor {
     k.cuda_run(k.params, k.rows, stream_.get());
     checked(cudaGetLastError(), k.name);
     if (!capturing_) ++counters_.kernel_launches;
+  }
+
+  double time_device(const std::function<void()>& enqueue) override {
+    forbid_during_capture("time_device");
+    checked(cudaEventRecord(start_.get(), stream_.get()), "cudaEventRecord");
+    enqueue();
+    checked(cudaEventRecord(stop_.get(), stream_.get()), "cudaEventRecord");
+    checked(cudaEventSynchronize(stop_.get()), "cudaEventSynchronize");
+    float ms = 0;
+    checked(cudaEventElapsedTime(&ms, start_.get(), stop_.get()), "cudaEventElapsedTime");
+    return static_cast<double>(ms) * 1e-3;
   }
 
   void synchronize() override {
@@ -229,6 +254,7 @@ class cuda_executor final : public executor {
   }
 
   unique_stream stream_;
+  unique_event start_, stop_;  // for time_device
   bool capturing_ = false;
 };
 

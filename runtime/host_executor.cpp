@@ -1,4 +1,5 @@
 // The host executor: the CPU emulation of the cuda executor (see executor.hpp).
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -136,6 +137,13 @@ class host_executor final : public executor {
     n.params.assign(bytes, bytes + k.params_size);
     if (!capturing_) ++counters_.kernel_launches;
     submit(std::move(n));
+  }
+
+  double time_device(const std::function<void()>& enqueue) override {
+    forbid_during_capture("time_device");
+    const auto start = std::chrono::steady_clock::now();
+    enqueue();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   void synchronize() override {

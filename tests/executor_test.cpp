@@ -156,6 +156,19 @@ TEST_P(ExecutorCapture, ExceptionInsideCaptureLeavesTheStreamUsable) {
   EXPECT_EQ(back, 7);
 }
 
+TEST_P(ExecutorCapture, TimeDeviceRunsTheWorkAndIsForbiddenDuringCapture) {
+  device_buffer b(*ex, 1024);
+  const double seconds = ex->time_device([&] { ex->fill_bytes(b.data(), 7, 1024); });
+  EXPECT_GE(seconds, 0.0);
+  EXPECT_LT(seconds, 10.0);
+  std::vector<unsigned char> back(1024);
+  ex->copy_to_host(back.data(), b.data(), 1024);
+  EXPECT_EQ(back, std::vector<unsigned char>(1024, 7));
+  ex->begin_capture();
+  EXPECT_THROW((void)ex->time_device([] {}), capture_violation);
+  ex->abort_capture();
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(ExecutorCapture);
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "run_command.hpp"
 #include "sim/sim_engine.hpp"
 #include "sim/sim_kernels.hpp"
+#include "specgraph/error.hpp"
 #include "test_support.hpp"
 
 namespace specgraph::testing {
@@ -129,6 +130,28 @@ TEST_P(SimEngine, CorruptedPageTableEntryFailsVerification) {
     const std::string what = e.what();
     EXPECT_NE(what.find("round 2, step 1, bucket 6, row "), std::string::npos) << what;
   }
+}
+
+// Checked mode: a branch slot at the wrong in-page offset stops the run with a guard violation
+// naming round, step, bucket and row.
+TEST_P(SimEngine, CheckedModeGuardViolationNamesTheRound) {
+  sim::sim_options o = small_options(5);
+  o.checked = true;
+  sim::sim_engine engine(*ex, o);
+  engine.capture();
+  engine.corrupt_branch_layout_at_round(1);
+  sim::run_report report;
+  report.steps.resize(4);
+  engine.run_round(0, 4, 4, false, report);
+  try {
+    engine.run_round(1, 4, 4, false, report);
+    FAIL() << "expected a guard violation";
+  } catch (const guard_violation& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("round 1: expand.page_table (step 1, bucket 4, row 0)"), std::string::npos)
+        << what;
+  }
+  engine.run_round(2, 4, 4, false, report);  // the engine goes on after the failed round
 }
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(SimEngine);

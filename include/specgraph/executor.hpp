@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -85,6 +86,12 @@ class executor {
   // Enqueues (or, during capture, records) one row kernel. The launch shape (rows) and params are
   // fixed at this point, exactly as in a captured CUDA graph.
   virtual void launch(const kernel_launch& k) = 0;
+
+  // Runs `enqueue` (which only enqueues work on this executor's stream) and returns how long
+  // that work took on the device, in seconds: CUDA events around it on the cuda executor,
+  // wall-clock time on the host executor (where the work runs inline). Synchronises; not during
+  // capture. For benchmarks and reports.
+  virtual double time_device(const std::function<void()>& enqueue) = 0;
 
   // Waits for all enqueued work. Forbidden during capture.
   virtual void synchronize() = 0;

@@ -69,6 +69,8 @@ struct sim_engine::impl {
   std::unique_ptr<draft_runtime> rt;
   std::int32_t max_rows = 0;
   std::int32_t corrupt_round = -1;
+  std::int32_t corrupt_layout_round = -1;
+  std::int32_t current_round = -1;
   // The current round (begin_round .. end_round).
   std::vector<std::int32_t> round_rows, round_seq_len;
   std::vector<std::int64_t> round_cache_loc, round_branch_pages;
@@ -294,12 +296,16 @@ capture_report sim_engine::capture(const std::function<void(int, int)>& progress
 void sim_engine::corrupt_prefix_table_at_round(std::int32_t round) {
   impl_->corrupt_round = round;
 }
+void sim_engine::corrupt_branch_layout_at_round(std::int32_t round) {
+  impl_->corrupt_layout_round = round;
+}
 
 void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t depth, bool verify,
                            run_report& report) {
   impl& m = *impl_;
   const sim_options& o = m.opt;
   const std::int32_t ps = o.page_size;
+  m.current_round = round;
   begin_round(batch);
   const std::vector<std::int32_t>& rows = m.round_rows;
   const std::vector<std::int32_t>& seq_len = m.round_seq_len;
@@ -326,7 +332,14 @@ void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t 
       }
     }
   }
-  if (o.checked) m.rt->check_guards();
+  if (o.checked) {
+    try {
+      m.rt->check_guards();
+    } catch (const guard_violation& e) {
+      end_round();
+      throw guard_violation("round " + std::to_string(round) + ": " + e.what());
+    }
+  }
 
   if (verify) {
     const std::size_t rows_total = static_cast<std::size_t>(m.max_rows);
@@ -414,6 +427,10 @@ void sim_engine::begin_round(std::int32_t batch) {
             page * ps + offset;
       }
     }
+  }
+  if (m.current_round == m.corrupt_layout_round && o.num_steps >= 2 && ps >= 2) {
+    std::int64_t& slot = cache_loc[1];  // request 0, branch 0, draft token 1
+    slot = slot - slot % ps + (slot % ps + 1) % ps;
   }
   // The round's draft-model outputs (queries and K/V of each draft token), real rows only.
   const std::size_t real_elems = static_cast<std::size_t>(batch) * o.topk * o.num_steps * m.hd;

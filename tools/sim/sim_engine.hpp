@@ -97,6 +97,9 @@ class sim_engine {
   // For the corruption test: after step 0 of round `round` (which computes the step-invariant
   // prefix table), overwrite one prefix page-table entry of a real request with a wrong page.
   void corrupt_prefix_table_at_round(std::int32_t round);
+  // For the checked-mode test: in round `round`, move the step-1 slot of the first branch to the
+  // wrong in-page offset (needs page_size >= 2 and num_steps >= 2), breaking the section-1 layout.
+  void corrupt_branch_layout_at_round(std::int32_t round);
 
  private:
   struct impl;
