@@ -14,6 +14,7 @@
 
 #include "bench_support.hpp"
 #include "branch_layout.hpp"
+#include "specgraph/forwarding_executor.hpp"
 #include "specgraph/runtime.hpp"
 
 namespace specgraph::bench {
@@ -28,39 +29,11 @@ constexpr std::int32_t kTopk = 8, kSteps = 5, kPage = 16, kContext = 4096, kMaxB
 
 // An executor that records and instantiates like the host executor but whose graph launches do
 // nothing: what remains of stage() + replay() is the runtime's own bookkeeping.
-class null_kernel_executor final : public executor {
+class null_kernel_executor final : public forwarding_executor {
  public:
-  null_kernel_executor() : inner_(make_host_executor()) {}
+  null_kernel_executor() : forwarding_executor(make_host_executor()) {}
   const char* name() const noexcept override { return "host-null-kernels"; }
-  device_stream stream() const noexcept override { return nullptr; }
-  void* allocate(std::size_t n) override { return inner_->allocate(n); }
-  void deallocate(void* p) noexcept override { inner_->deallocate(p); }
-  void copy_to_device(void* d, const void* s, std::size_t n) override {
-    inner_->copy_to_device(d, s, n);
-  }
-  void copy_on_device(void* d, const void* s, std::size_t n) override {
-    inner_->copy_on_device(d, s, n);
-  }
-  void copy_to_host(void* d, const void* s, std::size_t n) override {
-    inner_->copy_to_host(d, s, n);
-  }
-  void fill_bytes(void* d, unsigned char v, std::size_t n) override { inner_->fill_bytes(d, v, n); }
-  void launch(const kernel_launch& k) override { inner_->launch(k); }
-  void synchronize() override { inner_->synchronize(); }
-  double time_device(const std::function<void()>& f) override { return inner_->time_device(f); }
-  void begin_capture() override { inner_->begin_capture(); }
-  std::unique_ptr<graph> end_capture() override { return inner_->end_capture(); }
-  void abort_capture() noexcept override { inner_->abort_capture(); }
-  bool capturing() const noexcept override { return inner_->capturing(); }
-  std::unique_ptr<graph_exec> instantiate(const graph& g) override {
-    return inner_->instantiate(g);
-  }
-  bool update(graph_exec& e, const graph& g) override { return inner_->update(e, g); }
-  void upload(graph_exec& e) override { inner_->upload(e); }
   void launch_graph(graph_exec&) override { ++counters_.graph_launches; }
-
- private:
-  std::unique_ptr<executor> inner_;
 };
 
 executor& bench_executor(const std::string& kind) {

@@ -5,20 +5,15 @@
 #include <sstream>
 #include <string>
 
+#include "checks.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/guard.hpp"
 
 namespace specgraph {
 namespace {
 
-std::string indexed(const std::string& name, std::size_t i) {
-  return name + "[" + std::to_string(i) + "]";
-}
-
-void at_least(const std::string& field, std::int64_t value, std::int64_t minimum) {
-  SPECGRAPH_EXPECTS(value >= minimum, field,
-                    std::to_string(value) + " is below the minimum " + std::to_string(minimum));
-}
+using detail::at_least;
+using detail::indexed;
 
 std::size_t align_up(std::size_t x, std::size_t a) {
   return (x + a - 1) / a * a;

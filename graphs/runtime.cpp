@@ -6,20 +6,19 @@
 #include <string>
 #include <utility>
 
+#include "checks.hpp"
 #include "nvtx.hpp"
 #include "specgraph/error.hpp"
 
 namespace specgraph {
 namespace {
 
+using detail::indexed;
+
 using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-std::string indexed(const char* name, std::int64_t i) {
-  return std::string(name) + "[" + std::to_string(i) + "]";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "builtin_kernels.hpp"
+#include "checks.hpp"
 #include "expand_page_table.hpp"
 #include "prefix_metadata.hpp"
 #include "sparse_indices.hpp"
@@ -16,32 +17,24 @@
 namespace specgraph {
 namespace {
 
-std::string indexed(const char* name, std::int64_t i) {
-  return std::string(name) + "[" + std::to_string(i) + "]";
+using detail::at_least;
+using detail::at_most;
+using detail::in_range;
+using detail::indexed;
+using detail::not_null;
+
+// Launch on an executor / run inline on the host: validation first, then the row kernel.
+template <class K>
+void launch_builtin(executor& ex, const typename K::params& p, cuda_rows_fn cuda_run) {
+  validate(p);
+  ex.launch(make_kernel_launch<K>(p, K::rows(p), cuda_run));
 }
-std::string indexed(const char* name, std::int64_t i, std::int64_t j) {
-  return indexed(name, i) + "[" + std::to_string(j) + "]";
+template <class K>
+void run_on_host(const typename K::params& p) {
+  validate_contents_host(p);
+  host_run_rows<K>(&p, K::rows(p));
 }
 
-void at_least(const std::string& field, std::int64_t value, std::int64_t minimum) {
-  SPECGRAPH_EXPECTS(value >= minimum, field,
-                    std::to_string(value) + " is below the minimum " + std::to_string(minimum));
-}
-void at_most(const std::string& field, std::int64_t value, std::int64_t maximum,
-             const std::string& limit_name) {
-  SPECGRAPH_EXPECTS(
-      value <= maximum, field,
-      std::to_string(value) + " exceeds " + limit_name + " " + std::to_string(maximum));
-}
-void in_range(const std::string& field, std::int64_t value, std::int64_t lo, std::int64_t hi,
-              const std::string& hi_name) {
-  SPECGRAPH_EXPECTS(value >= lo && value < hi, field,
-                    std::to_string(value) + " is outside [" + std::to_string(lo) + ", " + hi_name +
-                        " " + std::to_string(hi) + ")");
-}
-void not_null(const char* field, const void* p) {
-  SPECGRAPH_EXPECTS(p != nullptr, field, "null pointer");
-}
 void rows_fit_int32(std::int64_t batch, std::int64_t topk) {
   SPECGRAPH_EXPECTS(
       batch * topk <= std::numeric_limits<std::int32_t>::max(), "batch",
@@ -131,15 +124,11 @@ void validate_contents_host(const expand_params& p) {
 }
 
 void launch_expand_page_table(executor& ex, const expand_params& p) {
-  validate(p);
-  using K = kernels::expand_page_table_kernel;
-  ex.launch(make_kernel_launch<K>(p, K::rows(p), kernels::cuda_expand_page_table()));
+  launch_builtin<kernels::expand_page_table_kernel>(ex, p, kernels::cuda_expand_page_table());
 }
 
 void expand_page_table_host(const expand_params& p) {
-  validate_contents_host(p);
-  using K = kernels::expand_page_table_kernel;
-  host_run_rows<K>(&p, K::rows(p));
+  run_on_host<kernels::expand_page_table_kernel>(p);
 }
 
 // ---- prefix -------------------------------------------------------------------------------
@@ -179,15 +168,11 @@ void validate_contents_host(const prefix_params& p) {
 }
 
 void launch_prefix_metadata(executor& ex, const prefix_params& p) {
-  validate(p);
-  using K = kernels::prefix_metadata_kernel;
-  ex.launch(make_kernel_launch<K>(p, K::rows(p), kernels::cuda_prefix_metadata()));
+  launch_builtin<kernels::prefix_metadata_kernel>(ex, p, kernels::cuda_prefix_metadata());
 }
 
 void prefix_metadata_host(const prefix_params& p) {
-  validate_contents_host(p);
-  using K = kernels::prefix_metadata_kernel;
-  host_run_rows<K>(&p, K::rows(p));
+  run_on_host<kernels::prefix_metadata_kernel>(p);
 }
 
 // ---- sparse -------------------------------------------------------------------------------
@@ -247,15 +232,11 @@ void validate_contents_host(const sparse_stage_params& p) {
 }
 
 void launch_sparse_stage(executor& ex, const sparse_stage_params& p) {
-  validate(p);
-  using K = kernels::sparse_stage_kernel;
-  ex.launch(make_kernel_launch<K>(p, K::rows(p), kernels::cuda_sparse_stage()));
+  launch_builtin<kernels::sparse_stage_kernel>(ex, p, kernels::cuda_sparse_stage());
 }
 
 void sparse_stage_host(const sparse_stage_params& p) {
-  validate_contents_host(p);
-  using K = kernels::sparse_stage_kernel;
-  host_run_rows<K>(&p, K::rows(p));
+  run_on_host<kernels::sparse_stage_kernel>(p);
 }
 
 std::int32_t sparse_fallback_host(std::int32_t seq_len, std::int32_t max_count, std::int32_t* out,

@@ -12,6 +12,7 @@
 
 #include "runtime_support.hpp"
 #include "specgraph/error.hpp"
+#include "specgraph/forwarding_executor.hpp"
 #include "specgraph/metadata.hpp"
 #include "specgraph/runtime.hpp"
 #include "test_support.hpp"
@@ -541,45 +542,16 @@ TEST_P(Runtime, ForwardStagesSparseIndicesInsideTheGraph) {
 
 // After a CUDA error the runtime refuses further work instead of replaying into a broken context.
 // The fault is injected by an executor wrapper, so this runs on every machine.
-class faulty_executor final : public executor {
+class faulty_executor final : public forwarding_executor {
  public:
-  explicit faulty_executor(std::unique_ptr<executor> inner) : inner_(std::move(inner)) {}
+  using forwarding_executor::forwarding_executor;
   bool fail_next_graph_launch = false;
-  const char* name() const noexcept override { return inner_->name(); }
-  device_stream stream() const noexcept override { return inner_->stream(); }
-  void* allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
-  void deallocate(void* p) noexcept override { inner_->deallocate(p); }
-  void copy_to_device(void* d, const void* s, std::size_t n) override {
-    inner_->copy_to_device(d, s, n);
-  }
-  void copy_on_device(void* d, const void* s, std::size_t n) override {
-    inner_->copy_on_device(d, s, n);
-  }
-  void copy_to_host(void* d, const void* s, std::size_t n) override {
-    inner_->copy_to_host(d, s, n);
-  }
-  void fill_bytes(void* d, unsigned char v, std::size_t n) override { inner_->fill_bytes(d, v, n); }
-  void launch(const kernel_launch& k) override { inner_->launch(k); }
-  void synchronize() override { inner_->synchronize(); }
-  double time_device(const std::function<void()>& f) override { return inner_->time_device(f); }
-  void begin_capture() override { inner_->begin_capture(); }
-  std::unique_ptr<graph> end_capture() override { return inner_->end_capture(); }
-  void abort_capture() noexcept override { inner_->abort_capture(); }
-  bool capturing() const noexcept override { return inner_->capturing(); }
-  std::unique_ptr<graph_exec> instantiate(const graph& g) override {
-    return inner_->instantiate(g);
-  }
-  bool update(graph_exec& e, const graph& g) override { return inner_->update(e, g); }
-  void upload(graph_exec& e) override { inner_->upload(e); }
   void launch_graph(graph_exec& e) override {
     if (fail_next_graph_launch) {
       throw cuda_error(700, "cudaGraphLaunch failed: cudaErrorIllegalAddress (injected)");
     }
-    inner_->launch_graph(e);
+    forwarding_executor::launch_graph(e);
   }
-
- private:
-  std::unique_ptr<executor> inner_;
 };
 
 TEST_P(Runtime, RefusesFurtherWorkAfterACudaError) {

@@ -1,0 +1,58 @@
+// An executor that forwards every call to another one it owns. Derive from it and override what
+// you need to instrument an executor or inject faults (the tests inject a CUDA error; the
+// benchmarks empty graph launches) without restating the whole interface. Each member has the
+// stream, synchronisation and capture rules of the executor it forwards to. counters() are this
+// executor's own (zero unless a subclass counts); the inner executor keeps its own.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "specgraph/executor.hpp"
+
+namespace specgraph {
+
+class forwarding_executor : public executor {
+ public:
+  explicit forwarding_executor(std::unique_ptr<executor> inner) : inner_(std::move(inner)) {}
+
+  const char* name() const noexcept override { return inner_->name(); }
+  device_stream stream() const noexcept override { return inner_->stream(); }
+  void* allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
+  void deallocate(void* p) noexcept override { inner_->deallocate(p); }
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    inner_->copy_to_device(dst, src, bytes);
+  }
+  void copy_on_device(void* dst, const void* src, std::size_t bytes) override {
+    inner_->copy_on_device(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    inner_->copy_to_host(dst, src, bytes);
+  }
+  void fill_bytes(void* dst, unsigned char value, std::size_t bytes) override {
+    inner_->fill_bytes(dst, value, bytes);
+  }
+  void launch(const kernel_launch& k) override { inner_->launch(k); }
+  double time_device(const std::function<void()>& enqueue) override {
+    return inner_->time_device(enqueue);
+  }
+  void synchronize() override { inner_->synchronize(); }
+  void begin_capture() override { inner_->begin_capture(); }
+  std::unique_ptr<graph> end_capture() override { return inner_->end_capture(); }
+  void abort_capture() noexcept override { inner_->abort_capture(); }
+  bool capturing() const noexcept override { return inner_->capturing(); }
+  std::unique_ptr<graph_exec> instantiate(const graph& g) override {
+    return inner_->instantiate(g);
+  }
+  bool update(graph_exec& exec, const graph& g) override { return inner_->update(exec, g); }
+  void upload(graph_exec& exec) override { inner_->upload(exec); }
+  void launch_graph(graph_exec& exec) override { inner_->launch_graph(exec); }
+
+ protected:
+  executor& inner() noexcept { return *inner_; }
+
+ private:
+  std::unique_ptr<executor> inner_;
+};
+
+}  // namespace specgraph
