@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cuda_check.hpp"
+#include "cuda_handles.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 
@@ -37,66 +38,32 @@ const cuda_probe& probe() {
   return p;
 }
 
-// RAII owners. Move-only; destructors never throw (errors there are ignored: the handle is gone
-// either way and throwing from a destructor would terminate).
-class unique_stream {
- public:
-  unique_stream() { SPECGRAPH_CUDA_TRY(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~unique_stream() {
-    if (s_ != nullptr) (void)cudaStreamDestroy(s_);
-  }
-  unique_stream(const unique_stream&) = delete;
-  unique_stream& operator=(const unique_stream&) = delete;
-  cudaStream_t get() const noexcept { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-class unique_event {
- public:
-  unique_event() { SPECGRAPH_CUDA_TRY(cudaEventCreate(&e_)); }
-  ~unique_event() {
-    if (e_ != nullptr) (void)cudaEventDestroy(e_);
-  }
-  unique_event(const unique_event&) = delete;
-  unique_event& operator=(const unique_event&) = delete;
-  cudaEvent_t get() const noexcept { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
-};
-
 class cuda_graph final : public graph {
  public:
   explicit cuda_graph(cudaGraph_t g) : g_(g) {}
-  ~cuda_graph() override {
-    if (g_ != nullptr) (void)cudaGraphDestroy(g_);
-  }
-  cudaGraph_t get() const noexcept { return g_; }
+  cudaGraph_t get() const noexcept { return g_.get(); }
   std::size_t node_count() const override {
     std::size_t n = 0;
-    SPECGRAPH_CUDA_TRY(cudaGraphGetNodes(g_, nullptr, &n));
+    SPECGRAPH_CUDA_TRY(cudaGraphGetNodes(g_.get(), nullptr, &n));
     return n;
   }
   void write_dot(const std::string& path) const override {
-    SPECGRAPH_CUDA_TRY(cudaGraphDebugDotPrint(g_, path.c_str(), cudaGraphDebugDotFlagsVerbose));
+    SPECGRAPH_CUDA_TRY(
+        cudaGraphDebugDotPrint(g_.get(), path.c_str(), cudaGraphDebugDotFlagsVerbose));
   }
 
  private:
-  cudaGraph_t g_ = nullptr;
+  detail::unique_graph g_;
 };
 
+// Only cuda_executor::instantiate creates one.
 class cuda_graph_exec final : public graph_exec {
  public:
   explicit cuda_graph_exec(cudaGraphExec_t e) : e_(e) {}
-  ~cuda_graph_exec() override {
-    if (e_ != nullptr) (void)cudaGraphExecDestroy(e_);
-  }
-  cudaGraphExec_t get() const noexcept { return e_; }
+  cudaGraphExec_t get() const noexcept { return e_.get(); }
 
  private:
-  cudaGraphExec_t e_ = nullptr;
+  detail::unique_graph_exec e_;
 };
 
 class cuda_executor final : public executor {
@@ -253,8 +220,8 @@ class cuda_executor final : public executor {
     if (e != cudaSuccess) detail::throw_cuda(e, call, __FILE__, __LINE__);
   }
 
-  unique_stream stream_;
-  unique_event start_, stop_;  // for time_device
+  detail::unique_stream stream_ = detail::make_stream();
+  detail::unique_event start_ = detail::make_event(), stop_ = detail::make_event();  // time_device
   bool capturing_ = false;
 };
 
