@@ -6,8 +6,10 @@
 #include <string>
 #include <utility>
 
+#include "builtin_kernels.hpp"
 #include "checks.hpp"
 #include "nvtx.hpp"
+#include "pad_inputs.hpp"
 #include "specgraph/error.hpp"
 
 namespace specgraph {
@@ -348,11 +350,51 @@ void draft_runtime::stage(const round_inputs& in) {
     ex_->copy_to_device(buffer<std::int64_t>("input.out_cache_loc"), staging_cache_loc_.data(),
                         bucket_slots * sizeof(std::int64_t));
   });
+  set_staged(in.batch, bucket);
+}
+
+void draft_runtime::set_staged(std::int32_t batch, std::int32_t bucket) {
+  const std::vector<std::int32_t>& buckets = plan_.config.buckets;
   bucket_ = bucket;
   bucket_index_ = static_cast<std::int32_t>(
-      std::lower_bound(c.buckets.begin(), c.buckets.end(), bucket) - c.buckets.begin());
-  batch_ = in.batch;
+      std::lower_bound(buckets.begin(), buckets.end(), bucket) - buckets.begin());
+  batch_ = batch;
   next_step_ = 0;
+}
+
+void draft_runtime::stage_device(const device_round_inputs& in) {
+  ensure_usable();
+  const draft_config& c = plan_.config;
+  detail::nvtx_range r(nvtx_stage_, in.batch);
+  SPECGRAPH_EXPECTS(
+      in.batch >= 1 && in.batch <= c.max_batch, "batch",
+      std::to_string(in.batch) + " is outside [1, max_batch " + std::to_string(c.max_batch) + "]");
+  SPECGRAPH_EXPECTS(in.req_pool_index != nullptr, "req_pool_index", "null pointer");
+  SPECGRAPH_EXPECTS(in.seq_len != nullptr, "seq_len", "null pointer");
+  SPECGRAPH_EXPECTS(in.out_cache_loc != nullptr, "out_cache_loc", "null pointer");
+  const std::int32_t bucket = plan_.bucket_for(in.batch);
+  const std::int64_t per_request = static_cast<std::int64_t>(c.topk) * c.num_steps;
+  const auto batch = static_cast<std::size_t>(in.batch);
+  kernels::pad_inputs_kernel::params pad{};
+  pad.req_pool_index = buffer<std::int32_t>("input.req_pool_index");
+  pad.seq_len = buffer<std::int32_t>("input.seq_len");
+  pad.out_cache_loc = buffer<std::int64_t>("input.out_cache_loc");
+  pad.slots_per_request = per_request;
+  pad.batch = in.batch;
+  staging_small_[0] = in.batch;
+  guarding_cuda([&] {
+    ex_->copy_on_device(pad.req_pool_index, in.req_pool_index, batch * sizeof(std::int32_t));
+    ex_->copy_on_device(pad.seq_len, in.seq_len, batch * sizeof(std::int32_t));
+    ex_->copy_on_device(pad.out_cache_loc, in.out_cache_loc,
+                        batch * static_cast<std::size_t>(per_request) * sizeof(std::int64_t));
+    ex_->copy_to_device(buffer<std::int32_t>("input.real_batch"), staging_small_.data(),
+                        sizeof(std::int32_t));
+    if (bucket > in.batch) {
+      ex_->launch(make_kernel_launch<kernels::pad_inputs_kernel>(pad, bucket - in.batch,
+                                                                 kernels::cuda_pad_inputs()));
+    }
+  });
+  set_staged(in.batch, bucket);
 }
 
 void draft_runtime::check_replay_step(std::int32_t step) const {

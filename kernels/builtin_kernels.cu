@@ -2,6 +2,7 @@
 // this file and is the same code the host executor runs.
 #include "builtin_kernels.hpp"
 #include "expand_page_table.hpp"
+#include "pad_inputs.hpp"
 #include "prefix_metadata.hpp"
 #include "sparse_indices.hpp"
 #include "specgraph/row_kernel_cuda.cuh"
@@ -16,6 +17,9 @@ cuda_rows_fn cuda_prefix_metadata() {
 }
 cuda_rows_fn cuda_sparse_stage() {
   return &cuda_rows<sparse_stage_kernel>;
+}
+cuda_rows_fn cuda_pad_inputs() {
+  return &cuda_rows<pad_inputs_kernel>;
 }
 
 }  // namespace specgraph::kernels

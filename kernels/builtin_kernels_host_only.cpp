@@ -12,5 +12,8 @@ cuda_rows_fn cuda_prefix_metadata() {
 cuda_rows_fn cuda_sparse_stage() {
   return nullptr;
 }
+cuda_rows_fn cuda_pad_inputs() {
+  return nullptr;
+}
 
 }  // namespace specgraph::kernels

@@ -330,6 +330,65 @@ TEST_P(Runtime, BadRoundInputIsRejectedBeforeAnythingIsWritten) {
   EXPECT_THROW(eng.rt().run_round(5), invalid_argument);
 }
 
+// Inputs already in executor memory (as an engine holds them on the GPU): the same tables and
+// forward outputs as staging from the host, padded rows reset on the device.
+TEST_P(Runtime, StagingFromDeviceMemoryEqualsStagingFromHost) {
+  std::mt19937_64 rng(test_seed());
+  sim_engine eng(*ex, small_config(4), rng);
+  eng.rt().capture();
+  eng.rt().stage(eng.random_round(rng, 12).inputs());  // real values in every row first
+  eng.rt().run_round(4);
+  for (int round = 0; round < 12; ++round) {
+    const host_round r = eng.random_round(rng, static_cast<std::int32_t>(1 + rng() % 12));
+    dvec<std::int32_t> pool(*ex, r.req_pool_index), seq(*ex, r.seq_len);
+    dvec<std::int64_t> slots(*ex, r.out_cache_loc);
+    device_round_inputs in;
+    in.batch = r.batch;
+    in.req_pool_index = pool.data();
+    in.seq_len = seq.data();
+    in.out_cache_loc = slots.data();
+    const executor_counters before = ex->counters();
+    eng.rt().stage_device(in);
+    EXPECT_EQ(ex->counters().synchronizations, before.synchronizations);
+    EXPECT_EQ(ex->counters().copies_to_host, before.copies_to_host);
+    eng.rt().run_round(4);
+    expect_replay_matches(eng, run_eager(eng.rt().plan(), eng.req_to_token(), r, 4), 4);
+    const std::size_t bucket = static_cast<std::size_t>(eng.rt().staged_bucket());
+    const auto seq_back = eng.read(eng.rt().buffer<std::int32_t>("input.seq_len"), bucket);
+    for (std::size_t p = static_cast<std::size_t>(r.batch); p < bucket; ++p)
+      EXPECT_EQ(seq_back[p], 1);
+    if (HasFailure()) return;
+  }
+  device_round_inputs bad;
+  bad.batch = 13;
+  bad.req_pool_index = bad.seq_len = eng.rt().buffer<std::int32_t>("input.seq_len");
+  bad.out_cache_loc = eng.rt().buffer<std::int64_t>("input.out_cache_loc");
+  EXPECT_THROW(eng.rt().stage_device(bad), invalid_argument);
+}
+
+// Device contents cannot be read before they are written; the kernels check them instead.
+TEST_P(Runtime, BadSlotStagedFromDeviceIsNamedByTheGuards) {
+  std::mt19937_64 rng(test_seed());
+  draft_config c = small_config(4);
+  c.checked = true;
+  sim_engine eng(*ex, c, rng);
+  eng.rt().capture();
+  host_round r = eng.random_round(rng, 3);
+  r.out_cache_loc[1 * 4 + 0] = -5;  // request 0, branch 1, draft token 0
+  dvec<std::int32_t> pool(*ex, r.req_pool_index), seq(*ex, r.seq_len);
+  dvec<std::int64_t> slots(*ex, r.out_cache_loc);
+  eng.rt().stage_device({r.batch, pool.data(), seq.data(), slots.data()});
+  try {
+    eng.rt().run_round(2);
+    FAIL() << "expected guard_violation";
+  } catch (const guard_violation& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("expand.page_table (step 0, bucket 3, row 1)"), std::string::npos) << what;
+    EXPECT_NE(what.find("bad input"), std::string::npos) << what;
+    EXPECT_NE(what.find("value -5"), std::string::npos) << what;
+  }
+}
+
 TEST_P(Runtime, ReplayBeforeCaptureOrStageIsAnError) {
   std::mt19937_64 rng(test_seed());
   sim_engine eng(*ex, small_config(4), rng);

@@ -102,6 +102,15 @@ struct round_inputs {
   const std::int64_t* out_cache_loc = nullptr;   // [batch][topk][num_steps]
 };
 
+// The same round in executor memory (what an engine already holds on the GPU); staged by
+// stage_device() without passing through the host.
+struct device_round_inputs {
+  std::int32_t batch = 0;                        // real requests, 1..max_batch
+  const std::int32_t* req_pool_index = nullptr;  // [batch], executor memory
+  const std::int32_t* seq_len = nullptr;         // [batch], executor memory
+  const std::int64_t* out_cache_loc = nullptr;   // [batch][topk][num_steps], executor memory
+};
+
 // The engine tables the metadata kernels read (executor memory, owned by the engine; must stay
 // at the same address for the runtime's lifetime: the graphs bake the pointer in).
 struct engine_tables {
@@ -171,6 +180,13 @@ class draft_runtime {
   // throws invalid_argument naming the field before anything is written. Enqueues two copies;
   // does not synchronise or allocate.
   void stage(const round_inputs& in);
+  // The same from executor memory: three stream-ordered device copies, the real batch, and a
+  // kernel that resets the padded rows. No synchronisation, no host read of the inputs, so their
+  // contents cannot be checked before they are written: the metadata kernels check them instead
+  // (a pool row, seq_len or slot out of range leaves that row unwritten and records a bad_input
+  // guard violation, raised by check_guards() / run_round() in checked mode). The batch and the
+  // pointers are checked on the host first.
+  void stage_device(const device_round_inputs& in);
   std::int32_t staged_bucket() const noexcept { return bucket_; }
   std::int32_t staged_batch() const noexcept { return batch_; }
 
@@ -209,6 +225,7 @@ class draft_runtime {
   void ensure_usable() const;
   template <class F>
   void guarding_cuda(F&& body);
+  void set_staged(std::int32_t batch, std::int32_t bucket);
 
   executor* ex_;
   specgraph::plan plan_;
