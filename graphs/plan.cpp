@@ -158,11 +158,12 @@ plan make_plan(const draft_config& config) {
     add("sparse.slash_in", all_steps, {heads, max_s}, dtype::int32);
     add("sparse.slash_count_in", all_steps, {heads}, dtype::int32);
     add("sparse.slash_size", all_steps, {heads}, dtype::int32);
-    // Per stage kind, sized per head: the largest head size clamped to the keys seen.
+    // Per stage kind, sized per head (section 6): Vcap the largest vertical size clamped to the
+    // keys seen, Scap the largest slash size.
     std::int32_t vcap = 1, scap = 1;
     for (std::int32_t h = 0; h < sp.heads; ++h) {
       vcap = std::max(vcap, std::min(sp.vertical_size[static_cast<std::size_t>(h)], sp.max_keys));
-      scap = std::max(scap, std::min(sp.slash_size[static_cast<std::size_t>(h)], sp.max_keys));
+      scap = std::max(scap, sp.slash_size[static_cast<std::size_t>(h)]);  // not clamped (spec)
     }
     for (const char* kind : {"intra", "succ", "inter"}) {
       const std::string base = std::string("sparse.") + kind;

@@ -90,12 +90,12 @@ TEST(Plan, BuffersAreAlignedDisjointAndInsideOneArena) {
   EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{1 + 5 + 3}));
 }
 
-TEST(Plan, SparseCapacityClampsToTheKeysSeen) {
+TEST(Plan, VerticalCapacityClampsToTheKeysSeenSlashDoesNot) {
   draft_config c = config();
-  c.sparse = sparse_config{2, {64, 8}, {3, 5}, 10};
+  c.sparse = sparse_config{2, {64, 8}, {3, 12}, 10};
   const plan p = make_plan(c);
   EXPECT_EQ(p.find("sparse.succ.vertical").capacity, 10);
-  EXPECT_EQ(p.find("sparse.succ.slash").capacity, 5);
+  EXPECT_EQ(p.find("sparse.succ.slash").capacity, 12);
   EXPECT_EQ(p.find("sparse.vertical_in").capacity, 64);
 }
 

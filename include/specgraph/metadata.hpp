@@ -90,8 +90,9 @@ std::int32_t stage_key_length(const sparse_stage& s) noexcept;
 // prev - 2 * chunk_len >= 0. Throws invalid_argument for seq_len < 1 or chunk_len < 1.
 std::vector<sparse_stage> sparse_stages(std::int32_t seq_len, std::int32_t chunk_len);
 
-// Capacity of a stage's per-head buffer: the largest per-head size, clamped to the keys seen
-// (`keys`, the stage's end). `sizes` holds each head's vertical (or slash) size.
+// Capacity of a stage's per-head vertical buffer (Vcap): the largest per-head vertical size,
+// clamped to the keys seen (`keys`, the stage's end). The slash buffer (Scap) is the largest
+// per-head slash size, unclamped (draft-metadata.md section 6). Never below 1.
 std::int32_t sparse_capacity(const std::vector<std::int32_t>& sizes, std::int32_t keys);
 
 struct sparse_stage_params {
