@@ -139,7 +139,7 @@ void upload(benchmark::State& state, const std::string& kind) {
   for (auto _ : state) state.SetIterationTime(device_seconds(ex, [&] { ex.upload(*exec); }));
 }
 
-// Capture + instantiate of the whole default table (50 buckets x 5 steps) on a fresh runtime.
+// Capture + instantiate of the whole default table (51 buckets x 5 steps) on a fresh runtime.
 void capture_table(benchmark::State& state, const std::string& kind) {
   executor& ex = bench_executor(kind);
   std::int32_t graphs = 0;

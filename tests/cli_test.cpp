@@ -3,9 +3,11 @@
 
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "json.hpp"
 #include "metadata_command.hpp"
+#include "plan_command.hpp"
 
 namespace specgraph::tools {
 namespace {
@@ -110,6 +112,42 @@ TEST(CliFallback, SpecExamples) {
   const result bad = run(metadata_fallback, R"({"seq_len":-1,"max_count":5,"capacity":4})");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("seq_len: -1 is below the minimum 0"), std::string::npos) << bad.err;
+}
+
+TEST(CliPlan, PrintsTheBuffersAndTheComparisonAsTextAndJson) {
+  std::ostringstream out, err;
+  ASSERT_EQ(plan_command({"--max-batch", "32", "--topk", "4", "--steps", "5", "--page-size", "16",
+                          "--max-context", "1024"},
+                         out, err),
+            0)
+      << err.str();
+  EXPECT_NE(out.str().find("expand.page_table"), std::string::npos);
+  EXPECT_NE(out.str().find("[128x6]"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("(24.50x)"), std::string::npos) << out.str();
+  std::ostringstream json_out;
+  ASSERT_EQ(plan_command({"--max-batch", "8", "--buckets", "2,8", "--json"}, json_out, err), 0);
+  const json doc = json::parse(json_out.str());
+  EXPECT_EQ(doc.members.at("buckets").items.size(), 2u);
+  EXPECT_GT(as_int(doc.members.at("total_bytes"), "total_bytes"), 0);
+}
+
+TEST(CliPlan, BadValuesNameTheFlag) {
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"--topk", "0"}, "--topk: 0 is below the minimum 1"},
+      {{"--steps", "five"}, "--steps: 'five' is not an integer"},
+      {{"--max-batch", "16", "--buckets", "1,4"},
+       "--buckets: the largest bucket 4 is below max_batch 16"},
+      {{"--page-size"}, "--page-size: missing value"},
+      {{"--bogus", "1"}, "unknown flag '--bogus'"},
+  };
+  for (const auto& c : cases) {
+    std::ostringstream out, err;
+    EXPECT_EQ(plan_command(c.args, out, err), 2) << c.message;
+    EXPECT_NE(err.str().find(c.message), std::string::npos) << err.str();
+  }
 }
 
 }  // namespace

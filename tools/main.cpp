@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "metadata_command.hpp"
+#include "plan_command.hpp"
 #include "run_command.hpp"
 
 namespace {
@@ -13,6 +14,7 @@ constexpr const char* usage =
     "\n"
     "commands:\n"
     "  run                 the end-to-end simulated EAGLE draft loop (run --help for flags)\n"
+    "  plan                the static buffers of a configuration vs today's engine sizing\n"
     "  metadata expand     read an expand-page-table case as JSON on stdin, print the result\n"
     "  metadata fallback   read a sparse-fallback case as JSON on stdin, print the indices\n"
     "  help                this text\n";
@@ -28,6 +30,10 @@ int main(int argc, char** argv) {
   if (args[0] == "run") {
     return specgraph::tools::run_command(std::vector<std::string>(args.begin() + 1, args.end()),
                                          std::cout, std::cerr);
+  }
+  if (args[0] == "plan") {
+    return specgraph::tools::plan_command(std::vector<std::string>(args.begin() + 1, args.end()),
+                                          std::cout, std::cerr);
   }
   if (args[0] == "metadata" && args.size() == 2 && args[1] == "expand") {
     return specgraph::tools::metadata_expand(std::cin, std::cout, std::cerr);

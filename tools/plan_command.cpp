@@ -1,0 +1,116 @@
+#include "plan_command.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <ostream>
+#include <sstream>
+#include <string>
+
+#include "specgraph/error.hpp"
+#include "specgraph/plan.hpp"
+
+namespace specgraph::tools {
+namespace {
+
+constexpr const char* plan_usage =
+    "usage: specgraph plan [flags]\n"
+    "  --max-batch N --topk N --steps N --page-size N --max-context N\n"
+    "  --pool-rows N (default max-batch + 1)  --kv-slots N (default 2^24)\n"
+    "  --buckets 1,2,4,...   (default: the common list up to --max-batch)\n"
+    "  --json                print the plan as JSON instead of a table\n"
+    "defaults: --max-batch 256 --topk 8 --steps 5 --page-size 16 --max-context 4096\n";
+
+std::int64_t number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) {
+    throw invalid_argument(flag, flag + ": '" + text + "' is not an integer");
+  }
+  return v;
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  draft_config c;
+  c.max_batch = 256;
+  c.topk = 8;
+  c.num_steps = 5;
+  c.page_size = 16;
+  c.max_context_len = 4096;
+  c.kv_slots = std::int64_t{1} << 24;
+  bool json = false;
+  std::int64_t pool_rows = -1;
+  // draft_config field names, for errors raised by validate(): reported as the flag.
+  const std::pair<const char*, const char*> flag_of[] = {{"max_batch", "--max-batch"},
+                                                         {"topk", "--topk"},
+                                                         {"num_steps", "--steps"},
+                                                         {"page_size", "--page-size"},
+                                                         {"max_context_len", "--max-context"},
+                                                         {"pool_rows", "--pool-rows"},
+                                                         {"kv_slots", "--kv-slots"},
+                                                         {"buckets", "--buckets"}};
+  try {
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& flag = args[i];
+      if (flag == "--help" || flag == "-h") {
+        out << plan_usage;
+        return 0;
+      }
+      if (flag == "--json") {
+        json = true;
+        continue;
+      }
+      if (i + 1 >= args.size()) throw invalid_argument(flag, flag + ": missing value");
+      const std::string& value = args[++i];
+      auto int32 = [&] {
+        const std::int64_t v = number(flag, value);
+        if (v < -(1LL << 31) || v >= (1LL << 31)) {
+          throw invalid_argument(flag, flag + ": " + value + " does not fit in int32");
+        }
+        return static_cast<std::int32_t>(v);
+      };
+      if (flag == "--max-batch") {
+        c.max_batch = int32();
+      } else if (flag == "--topk") {
+        c.topk = int32();
+      } else if (flag == "--steps") {
+        c.num_steps = int32();
+      } else if (flag == "--page-size") {
+        c.page_size = int32();
+      } else if (flag == "--max-context") {
+        c.max_context_len = int32();
+      } else if (flag == "--pool-rows") {
+        pool_rows = int32();
+      } else if (flag == "--kv-slots") {
+        c.kv_slots = number(flag, value);
+      } else if (flag == "--buckets") {
+        std::stringstream list(value);
+        std::string item;
+        while (std::getline(list, item, ',')) {
+          c.buckets.push_back(static_cast<std::int32_t>(number(flag, item)));
+        }
+      } else {
+        throw invalid_argument(flag, "unknown flag '" + flag + "' (see specgraph plan --help)");
+      }
+    }
+    c.pool_rows = pool_rows >= 0 ? static_cast<std::int32_t>(pool_rows) : c.max_batch + 1;
+    const plan p = make_plan(c);
+    out << (json ? p.report_json() + "\n" : p.report_text());
+    return 0;
+  } catch (const invalid_argument& e) {
+    std::string message = e.what();
+    for (const auto& [field, flag] : flag_of) {
+      const std::string prefix = std::string(field);
+      if (message.rfind(prefix, 0) == 0) {  // "topk: 0 is below..." -> "--topk: 0 is below..."
+        message = flag + message.substr(prefix.size());
+        break;
+      }
+    }
+    err << "specgraph: error: " << message << '\n';
+    return 2;
+  }
+}
+
+}  // namespace specgraph::tools
