@@ -48,7 +48,7 @@ struct fixture {
   std::vector<specgraph::testing::branch_round> rounds;  // one per bucket size asked for
   std::vector<std::vector<std::int32_t>> pool_index;
 
-  fixture(executor& ex, bool capture) {
+  fixture(executor& ex, bool capture, bool round_graphs = false) {
     draft_config c;
     c.max_batch = kMaxBatch;
     c.topk = kTopk;
@@ -57,6 +57,7 @@ struct fixture {
     c.max_context_len = kContext;
     c.pool_rows = kMaxBatch + 1;
     c.kv_slots = std::int64_t{1} << 30;
+    c.round_graphs = round_graphs;
     std::vector<std::int32_t> rtt(static_cast<std::size_t>(c.pool_rows) * kContext);
     for (std::size_t i = 0; i < rtt.size(); ++i) rtt[i] = static_cast<std::int32_t>(i % (1 << 24));
     req_to_token = device_buffer(ex, rtt.size() * 4);
@@ -80,12 +81,13 @@ struct fixture {
   }
 };
 
-fixture& shared_fixture(const std::string& kind) {
+fixture& shared_fixture(const std::string& kind, bool round_graphs = false) {
   // Never destroyed: the executors they allocate from are function-local statics too, and
   // exit-time destruction order between them is not ours to choose.
-  static auto* fixtures = new std::unique_ptr<fixture>[3];
-  const int i = kind == "host" ? 0 : kind == "cuda" ? 1 : 2;
-  if (!fixtures[i]) fixtures[i] = std::make_unique<fixture>(bench_executor(kind), true);
+  static auto* fixtures = new std::unique_ptr<fixture>[6];
+  const int i = (kind == "host" ? 0 : kind == "cuda" ? 1 : 2) + (round_graphs ? 3 : 0);
+  if (!fixtures[i])
+    fixtures[i] = std::make_unique<fixture>(bench_executor(kind), true, round_graphs);
   return *fixtures[i];
 }
 
@@ -155,9 +157,9 @@ void capture_table(benchmark::State& state, const std::string& kind) {
 // Host cost of one round's stage() and each step's replay(), as the serving loop's CPU thread
 // pays it. On "host-null-kernels" graph launches do nothing, leaving the runtime's bookkeeping;
 // on "cuda" replay enqueues cudaGraphLaunch (the stream is drained every 32 rounds, untimed).
-void stage_and_replay(benchmark::State& state, const std::string& kind) {
+void stage_and_replay(benchmark::State& state, const std::string& kind, bool round_graphs) {
   executor& ex = bench_executor(kind);
-  fixture& f = shared_fixture(kind);
+  fixture& f = shared_fixture(kind, round_graphs);
   const round_inputs in = f.inputs(static_cast<std::int32_t>(state.range(0)));
   std::int64_t rounds = 0;
   double stage_s = 0, replay_s = 0;
@@ -165,7 +167,7 @@ void stage_and_replay(benchmark::State& state, const std::string& kind) {
     const auto t0 = clock_type::now();
     f.rt->stage(in);
     const auto t1 = clock_type::now();
-    for (std::int32_t s = 0; s < kSteps; ++s) f.rt->replay(s);
+    f.rt->run_round(kSteps);  // kSteps launches, or one with whole-round graphs
     const auto t2 = clock_type::now();
     stage_s += std::chrono::duration<double>(t1 - t0).count();
     replay_s += std::chrono::duration<double>(t2 - t1).count();
@@ -257,15 +259,19 @@ int main(int argc, char** argv) {
   }
   kinds.front() = "host-null-kernels";  // host bookkeeping without the kernels
   for (const std::string& kind : kinds) {
-    RegisterBenchmark(("replay/stage_and_replay/" + kind).c_str(),
-                      [kind](benchmark::State& s) { stage_and_replay(s, kind); })
-        ->ArgNames({"bucket"})
-        ->Arg(1)
-        ->Arg(8)
-        ->Arg(64)
-        ->Arg(256)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+    for (const bool round : {false, true}) {
+      RegisterBenchmark(
+          (std::string(round ? "replay/stage_and_round_graph/" : "replay/stage_and_replay/") + kind)
+              .c_str(),
+          [kind, round](benchmark::State& s) { stage_and_replay(s, kind, round); })
+          ->ArgNames({"bucket"})
+          ->Arg(1)
+          ->Arg(8)
+          ->Arg(64)
+          ->Arg(256)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -73,7 +73,7 @@ draft_runtime::draft_runtime(executor& ex, const draft_config& config, engine_ta
     ex.synchronize();
   }
   forwards_.resize(static_cast<std::size_t>(c.num_steps));
-  graphs_.resize(c.buckets.size() * static_cast<std::size_t>(c.num_steps));
+  graphs_.resize(c.buckets.size() * static_cast<std::size_t>(c.num_steps + 1));
   for (auto& slot : graphs_) slot = std::make_unique<graph_slot>();
 
   const std::size_t max_bucket = static_cast<std::size_t>(plan_.max_bucket());
@@ -87,9 +87,17 @@ draft_runtime::draft_runtime(executor& ex, const draft_config& config, engine_ta
   }
   nvtx_stage_ = detail::nvtx_register("stage");
   nvtx_round_ = detail::nvtx_register("round");
+  nvtx_capture_round_ = detail::nvtx_register("capture round");
+  nvtx_replay_round_ = detail::nvtx_register("replay round");
 }
 
 draft_runtime::~draft_runtime() = default;
+
+draft_runtime::graph_slot& draft_runtime::slot(std::size_t bucket_index, std::int32_t step) const {
+  const auto per_bucket = static_cast<std::size_t>(plan_.config.num_steps + 1);
+  const auto s = static_cast<std::size_t>(step == all_steps ? plan_.config.num_steps : step);
+  return *graphs_[bucket_index * per_bucket + s];
+}
 
 unsigned char* draft_runtime::arena_base() const noexcept {
   return arena_.as<unsigned char>();
@@ -217,16 +225,22 @@ void draft_runtime::record_graph_body(std::int32_t bucket, std::int32_t step) {
 
 std::unique_ptr<graph> draft_runtime::capture_graph(std::int32_t bucket, std::int32_t step) {
   ensure_usable();
-  (void)view(bucket, step);  // validates bucket and step before capture begins
+  const bool round = step == all_steps;
+  (void)view(bucket, round ? 0 : step);  // validates bucket and step before capture begins
   ex_->begin_capture();
   try {
-    record_graph_body(bucket, step);
+    if (round) {
+      for (std::int32_t s = 0; s < plan_.config.num_steps; ++s) record_graph_body(bucket, s);
+    } else {
+      record_graph_body(bucket, step);
+    }
     return ex_->end_capture();
   } catch (const std::exception& e) {
     ex_->abort_capture();
     throw capture_failed(bucket, step,
-                         "capture of graph (bucket " + std::to_string(bucket) + ", step " +
-                             std::to_string(step) + ") failed: " + e.what());
+                         "capture of graph (bucket " + std::to_string(bucket) + ", " +
+                             (round ? std::string("whole round") : "step " + std::to_string(step)) +
+                             ") failed: " + e.what());
   }
 }
 
@@ -237,11 +251,15 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
   const auto start = clock_type::now();
   // Largest bucket first: the order engines use, so a memory pool shared across graphs is sized
   // by the first (largest) capture.
+  const std::int32_t per_bucket = c.num_steps + (c.round_graphs ? 1 : 0);
+  const int total = static_cast<int>(c.buckets.size()) * per_bucket;
   for (std::size_t bi = c.buckets.size(); bi-- > 0;) {
     const std::int32_t bucket = c.buckets[bi];
-    for (std::int32_t s = 0; s < c.num_steps; ++s) {
-      detail::nvtx_range r(nvtx_capture_[static_cast<std::size_t>(s)], bucket,
-                           static_cast<std::uint32_t>(s + 1));
+    for (std::int32_t i = 0; i < per_bucket; ++i) {
+      const std::int32_t s = i < c.num_steps ? i : all_steps;  // the round graph comes last
+      detail::nvtx_range r(
+          s == all_steps ? nvtx_capture_round_ : nvtx_capture_[static_cast<std::size_t>(s)], bucket,
+          static_cast<std::uint32_t>(i + 1));
       graph_timing t;
       t.bucket = bucket;
       t.step = s;
@@ -249,23 +267,20 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
       std::unique_ptr<graph> g = capture_graph(bucket, s);
       t.capture_seconds = seconds_since(t0);
       t.nodes = g->node_count();
-      graph_slot& slot =
-          *graphs_[bi * static_cast<std::size_t>(c.num_steps) + static_cast<std::size_t>(s)];
+      graph_slot& target = slot(bi, s);
       const auto t1 = clock_type::now();
-      if (slot.exec && ex_->update(*slot.exec, *g)) {
+      if (target.exec && ex_->update(*target.exec, *g)) {
         t.updated = true;
         ++report.updated;
       } else {
-        slot.exec = ex_->instantiate(*g);
+        target.exec = ex_->instantiate(*g);
         ++report.instantiated;
       }
       t.instantiate_seconds = seconds_since(t1);
-      slot.captured = std::move(g);
+      target.captured = std::move(g);
       report.per_graph.push_back(t);
       ++report.graphs;
-      if (progress) {
-        progress(report.graphs, static_cast<int>(c.buckets.size()) * c.num_steps);
-      }
+      if (progress) progress(report.graphs, total);
     }
   }
   report.total_seconds = seconds_since(start);
@@ -420,13 +435,10 @@ void draft_runtime::replay(std::int32_t step) {
   ensure_usable();
   if (!captured_) throw error("replay before capture(): no graphs exist yet");
   check_replay_step(step);
-  const draft_config& c = plan_.config;
   detail::nvtx_range r(nvtx_replay_[static_cast<std::size_t>(step)], bucket_,
                        static_cast<std::uint32_t>(step + 1));
-  graph_slot& slot =
-      *graphs_[static_cast<std::size_t>(bucket_index_) * static_cast<std::size_t>(c.num_steps) +
-               static_cast<std::size_t>(step)];
-  guarding_cuda([&] { ex_->launch_graph(*slot.exec); });
+  graph_slot& target = slot(static_cast<std::size_t>(bucket_index_), step);
+  guarding_cuda([&] { ex_->launch_graph(*target.exec); });
   next_step_ = step + 1;
 }
 
@@ -438,7 +450,16 @@ void draft_runtime::run_round(std::int32_t depth) {
       std::to_string(depth) + " is outside [1, num_steps " + std::to_string(c.num_steps) + "]");
   {
     detail::nvtx_range r(nvtx_round_, bucket_, static_cast<std::uint32_t>(depth));
-    for (std::int32_t s = 0; s < depth; ++s) replay(s);
+    if (c.round_graphs && depth == c.num_steps) {
+      if (!captured_) throw error("replay before capture(): no graphs exist yet");
+      check_replay_step(0);
+      detail::nvtx_range whole(nvtx_replay_round_, bucket_, static_cast<std::uint32_t>(depth));
+      graph_slot& target = slot(static_cast<std::size_t>(bucket_index_), all_steps);
+      guarding_cuda([&] { ex_->launch_graph(*target.exec); });
+      next_step_ = c.num_steps;
+    } else {
+      for (std::int32_t s = 0; s < depth; ++s) replay(s);
+    }
   }
   if (c.checked) check_guards();
 }
@@ -477,12 +498,13 @@ void draft_runtime::check_guards() {
 void draft_runtime::write_dot(const std::string& directory) const {
   const draft_config& c = plan_.config;
   for (std::size_t bi = 0; bi < c.buckets.size(); ++bi) {
-    for (std::int32_t s = 0; s < c.num_steps; ++s) {
-      const graph_slot& slot =
-          *graphs_[bi * static_cast<std::size_t>(c.num_steps) + static_cast<std::size_t>(s)];
-      if (!slot.captured) continue;
-      slot.captured->write_dot(directory + "/bucket" + std::to_string(c.buckets[bi]) + "_step" +
-                               std::to_string(s) + ".dot");
+    for (std::int32_t s = 0; s <= c.num_steps; ++s) {
+      const std::int32_t step = s < c.num_steps ? s : all_steps;
+      const graph_slot& g = slot(bi, step);
+      if (!g.captured) continue;
+      g.captured->write_dot(
+          directory + "/bucket" + std::to_string(c.buckets[bi]) +
+          (step == all_steps ? std::string("_round") : "_step" + std::to_string(s)) + ".dot");
     }
   }
 }

@@ -98,16 +98,20 @@ def plot_metadata(rows, out):
 
 
 def plot_host_overhead(rows, out):
-    sel = [b for b in rows if b["base"].startswith("replay/stage_and_replay/")]
+    # replay/stage_and_replay/<executor> (one launch per step) and
+    # replay/stage_and_round_graph/<executor> (one whole-round launch).
+    sel = [b for b in rows if b["base"].startswith("replay/stage_and_")]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     table = []
-    for kind in sorted({b["base"].split("/")[-1] for b in sel}):
+    for variant in sorted({"/".join(b["base"].split("/")[1:]) for b in sel}):
+        label = variant.replace("stage_and_replay", "per-step graphs").replace(
+            "stage_and_round_graph", "round graph")
         pts = sorted((b["args"]["bucket"], b["us_per_step"], b["us_stage"], b["us_replay"])
-                     for b in sel if b["base"].endswith("/" + kind))
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{kind}: per step")
+                     for b in sel if b["base"].endswith("/" + variant))
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{label}: per step")
         ax.plot([p[0] for p in pts], [p[3] for p in pts], "--", marker=".",
-                label=f"{kind}: replay() alone")
-        table += [(kind,) + p for p in pts]
+                label=f"{label}: replay share")
+        table += [(label,) + p for p in pts]
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bucket (requests), topk 8, 5 steps")
     ax.set_ylabel("host microseconds")
@@ -136,7 +140,8 @@ def main():
     md += ["| expand metadata, topk 8, page size 16 | multi-pass / fused time |", "|---|---|"]
     for (bucket, step), r in sorted(ratios.items()):
         md.append(f"| bucket {bucket}, step {step} | {r:.2f}x |")
-    md += ["", "| executor | bucket | us per step | stage() us | replay() us |", "|---|---|---|---|---|"]
+    md += ["", "| graphs / executor | bucket | us per step | stage() us | launch us per step |",
+           "|---|---|---|---|---|"]
     for kind, bucket, per_step, stage, replay in host:
         md.append(f"| {kind} | {bucket} | {per_step:.3f} | {stage:.3f} | {replay:.3f} |")
     md += ["", "| bucket | mode | draft tokens/s at step 0 .. 4 |", "|---|---|---|"]

@@ -465,6 +465,36 @@ TEST_P(Runtime, EagerStepsEqualReplayedSteps) {
   }
 }
 
+// config.round_graphs: a full round is one launch of the whole-round graph, with the same
+// results; shorter rounds still replay step by step.
+TEST_P(Runtime, WholeRoundGraphsEqualPerStepReplay) {
+  std::mt19937_64 rng(test_seed());
+  draft_config c = small_config(4);
+  c.round_graphs = true;
+  sim_engine eng(*ex, c, rng);
+  const capture_report report = eng.rt().capture();
+  const auto buckets = static_cast<std::int32_t>(eng.rt().plan().config.buckets.size());
+  EXPECT_EQ(report.graphs, buckets * 5);
+  EXPECT_EQ(report.per_graph[4].step, all_steps);
+  EXPECT_EQ(report.per_graph[4].bucket, 12);
+  EXPECT_GT(report.per_graph[4].nodes, report.per_graph[3].nodes);
+  for (int round = 0; round < 16; ++round) {
+    const host_round r = eng.random_round(rng, static_cast<std::int32_t>(1 + rng() % 12));
+    const std::int32_t depth = round % 2 == 0 ? 4 : 2;
+    eng.rt().stage(r.inputs());
+    const std::int64_t launches = ex->counters().graph_launches;
+    eng.rt().run_round(depth);
+    EXPECT_EQ(ex->counters().graph_launches - launches, depth == 4 ? 1 : 2);
+    expect_replay_matches(eng, run_eager(eng.rt().plan(), eng.req_to_token(), r, depth), depth);
+    if (HasFailure()) return;
+  }
+  // After a whole round, the round is complete: only step 0 may start the next one.
+  EXPECT_THROW(eng.rt().replay(1), invalid_argument);
+  eng.rt().stage(eng.random_round(rng, 3).inputs());
+  eng.rt().run_round(4);
+  EXPECT_THROW(eng.rt().replay(4), invalid_argument);
+}
+
 TEST_P(Runtime, CapturingAgainUpdatesGraphsInPlace) {
   std::mt19937_64 rng(test_seed());
   sim_engine eng(*ex, small_config(4), rng);

@@ -35,6 +35,10 @@ struct draft_config {
   // Checked mode: after each round the guard words are read back (a synchronisation) and any
   // violation raises guard_violation; kernels also check the branch layout of real rows.
   bool checked = false;
+  // Also capture one whole-round graph per bucket (all num_steps steps in one graph), so a full
+  // round is a single graph launch instead of num_steps; run_round(num_steps) then uses it.
+  // Doubles the graphs captured; the per-step graphs stay (adaptive depth, replay(s)).
+  bool round_graphs = false;
 };
 
 // The common speculative-decoding bucket list: 1..8, 10..32 step 2, 40..64 step 4, 72..256

@@ -172,7 +172,8 @@ class draft_runtime {
   capture_report capture(const std::function<void(int, int)>& progress = {});
   bool captured() const noexcept { return captured_; }
   // Captures graph(bucket, step) and returns it without instantiating (capture() does both for
-  // every pair). For inspection and benchmarks; throws capture_failed like capture().
+  // every pair); step = all_steps captures the whole-round graph. For inspection and benchmarks;
+  // throws capture_failed like capture().
   std::unique_ptr<graph> capture_graph(std::int32_t bucket, std::int32_t step);
 
   // Copies one round's inputs into the static inputs of the smallest bucket >= batch and resets
@@ -197,8 +198,10 @@ class draft_runtime {
   // forward launched one by one on the stream (for graph-vs-eager comparisons and debugging).
   // Same ordering rules as replay(); never allocates or synchronises.
   void run_eager(std::int32_t step);
-  // Replays steps 0..depth-1 (depth may be below num_steps: adaptive speculation). In checked
-  // mode it then synchronises, reads the guard words and throws guard_violation on any.
+  // Replays steps 0..depth-1 (depth may be below num_steps: adaptive speculation): one launch of
+  // the whole-round graph when config.round_graphs and depth == num_steps, else one launch per
+  // step. In checked mode it then synchronises, reads the guard words and throws
+  // guard_violation on any.
   void run_round(std::int32_t depth);
 
   // Synchronises and reads the guard words back (one per launch site). Not during capture.
@@ -222,6 +225,7 @@ class draft_runtime {
   unsigned char* arena_base() const noexcept;
   void record_graph_body(std::int32_t bucket, std::int32_t step);
   void check_replay_step(std::int32_t step) const;
+  graph_slot& slot(std::size_t bucket_index, std::int32_t step) const;  // all_steps: round
   void ensure_usable() const;
   template <class F>
   void guarding_cuda(F&& body);
@@ -233,7 +237,7 @@ class draft_runtime {
   device_buffer arena_;
   std::vector<forward_fn> forwards_;  // [num_steps]
   forward_fn forward_all_;
-  std::vector<std::unique_ptr<graph_slot>> graphs_;  // [bucket index][step]
+  std::vector<std::unique_ptr<graph_slot>> graphs_;  // [bucket index][step, then round]
   bool captured_ = false;
   std::int32_t bucket_ = 0;
   std::int32_t bucket_index_ = -1;
@@ -246,6 +250,8 @@ class draft_runtime {
   std::vector<const void*> nvtx_capture_, nvtx_replay_;
   const void* nvtx_stage_ = nullptr;
   const void* nvtx_round_ = nullptr;
+  const void* nvtx_capture_round_ = nullptr;
+  const void* nvtx_replay_round_ = nullptr;
 };
 
 }  // namespace specgraph
