@@ -305,17 +305,24 @@ void draft_runtime::guarding_cuda(F&& body) {
   }
 }
 
+std::int32_t draft_runtime::check_round(std::int32_t batch, const void* req_pool_index,
+                                        const void* seq_len, const void* out_cache_loc) const {
+  const draft_config& c = plan_.config;
+  SPECGRAPH_EXPECTS(
+      batch >= 1 && batch <= c.max_batch, "batch",
+      std::to_string(batch) + " is outside [1, max_batch " + std::to_string(c.max_batch) + "]");
+  SPECGRAPH_EXPECTS(req_pool_index != nullptr, "req_pool_index", "null pointer");
+  SPECGRAPH_EXPECTS(seq_len != nullptr, "seq_len", "null pointer");
+  SPECGRAPH_EXPECTS(out_cache_loc != nullptr, "out_cache_loc", "null pointer");
+  return plan_.bucket_for(batch);
+}
+
 void draft_runtime::stage(const round_inputs& in) {
   ensure_usable();
   const draft_config& c = plan_.config;
   detail::nvtx_range r(nvtx_stage_, in.batch);
-  SPECGRAPH_EXPECTS(
-      in.batch >= 1 && in.batch <= c.max_batch, "batch",
-      std::to_string(in.batch) + " is outside [1, max_batch " + std::to_string(c.max_batch) + "]");
-  SPECGRAPH_EXPECTS(in.req_pool_index != nullptr, "req_pool_index", "null pointer");
-  SPECGRAPH_EXPECTS(in.seq_len != nullptr, "seq_len", "null pointer");
-  SPECGRAPH_EXPECTS(in.out_cache_loc != nullptr, "out_cache_loc", "null pointer");
-  const std::int32_t bucket = plan_.bucket_for(in.batch);
+  const std::int32_t bucket =
+      check_round(in.batch, in.req_pool_index, in.seq_len, in.out_cache_loc);
   const std::size_t max_bucket = static_cast<std::size_t>(plan_.max_bucket());
   const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.num_steps;
 
@@ -381,13 +388,8 @@ void draft_runtime::stage_device(const device_round_inputs& in) {
   ensure_usable();
   const draft_config& c = plan_.config;
   detail::nvtx_range r(nvtx_stage_, in.batch);
-  SPECGRAPH_EXPECTS(
-      in.batch >= 1 && in.batch <= c.max_batch, "batch",
-      std::to_string(in.batch) + " is outside [1, max_batch " + std::to_string(c.max_batch) + "]");
-  SPECGRAPH_EXPECTS(in.req_pool_index != nullptr, "req_pool_index", "null pointer");
-  SPECGRAPH_EXPECTS(in.seq_len != nullptr, "seq_len", "null pointer");
-  SPECGRAPH_EXPECTS(in.out_cache_loc != nullptr, "out_cache_loc", "null pointer");
-  const std::int32_t bucket = plan_.bucket_for(in.batch);
+  const std::int32_t bucket =
+      check_round(in.batch, in.req_pool_index, in.seq_len, in.out_cache_loc);
   const std::int64_t per_request = static_cast<std::int64_t>(c.topk) * c.num_steps;
   const auto batch = static_cast<std::size_t>(in.batch);
   kernels::pad_inputs_kernel::params pad{};

@@ -230,6 +230,9 @@ class draft_runtime {
   template <class F>
   void guarding_cuda(F&& body);
   void set_staged(std::int32_t batch, std::int32_t bucket);
+  // The checks stage() and stage_device() share; returns the round's bucket.
+  std::int32_t check_round(std::int32_t batch, const void* req_pool_index, const void* seq_len,
+                           const void* out_cache_loc) const;
 
   executor* ex_;
   specgraph::plan plan_;
