@@ -74,7 +74,9 @@ class executor {
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* p) noexcept = 0;
 
-  // Host -> executor memory. The source may be reused as soon as the call returns.
+  // Host -> executor memory, stream-ordered; the source may be reused as soon as the call
+  // returns. Forbidden during capture (a graph would bake in the host address and read pageable
+  // memory at replay): stage inputs before replaying, or copy_on_device from a static buffer.
   virtual void copy_to_device(void* dst, const void* src, std::size_t bytes) = 0;
   // Executor -> executor memory, stream-ordered.
   virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
