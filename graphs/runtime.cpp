@@ -72,6 +72,12 @@ draft_runtime::draft_runtime(executor& ex, const draft_config& config, engine_ta
     }
     ex.synchronize();
   }
+  hot_.real_batch = buffer<std::int32_t>("input.real_batch");
+  hot_.req_pool_index = buffer<std::int32_t>("input.req_pool_index");
+  hot_.seq_len = buffer<std::int32_t>("input.seq_len");
+  hot_.out_cache_loc = buffer<std::int64_t>("input.out_cache_loc");
+  hot_.guards = buffer<guard_word>("guards");
+  hot_.guard_bytes = plan_.find("guards").bytes;
   forwards_.resize(static_cast<std::size_t>(c.num_steps));
   graphs_.resize(c.buckets.size() * static_cast<std::size_t>(c.num_steps + 1));
   for (auto& slot : graphs_) slot = std::make_unique<graph_slot>();
@@ -367,9 +373,9 @@ void draft_runtime::stage(const round_inputs& in) {
   staging_small_[0] = in.batch;
 
   guarding_cuda([&] {
-    ex_->copy_to_device(buffer<std::int32_t>("input.real_batch"), staging_small_.data(),
+    ex_->copy_to_device(hot_.real_batch, staging_small_.data(),
                         staging_small_.size() * sizeof(std::int32_t));
-    ex_->copy_to_device(buffer<std::int64_t>("input.out_cache_loc"), staging_cache_loc_.data(),
+    ex_->copy_to_device(hot_.out_cache_loc, staging_cache_loc_.data(),
                         bucket_slots * sizeof(std::int64_t));
   });
   set_staged(in.batch, bucket);
@@ -393,9 +399,9 @@ void draft_runtime::stage_device(const device_round_inputs& in) {
   const std::int64_t per_request = static_cast<std::int64_t>(c.topk) * c.num_steps;
   const auto batch = static_cast<std::size_t>(in.batch);
   kernels::pad_inputs_kernel::params pad{};
-  pad.req_pool_index = buffer<std::int32_t>("input.req_pool_index");
-  pad.seq_len = buffer<std::int32_t>("input.seq_len");
-  pad.out_cache_loc = buffer<std::int64_t>("input.out_cache_loc");
+  pad.req_pool_index = hot_.req_pool_index;
+  pad.seq_len = hot_.seq_len;
+  pad.out_cache_loc = hot_.out_cache_loc;
   pad.slots_per_request = per_request;
   pad.batch = in.batch;
   staging_small_[0] = in.batch;
@@ -404,8 +410,7 @@ void draft_runtime::stage_device(const device_round_inputs& in) {
     ex_->copy_on_device(pad.seq_len, in.seq_len, batch * sizeof(std::int32_t));
     ex_->copy_on_device(pad.out_cache_loc, in.out_cache_loc,
                         batch * static_cast<std::size_t>(per_request) * sizeof(std::int64_t));
-    ex_->copy_to_device(buffer<std::int32_t>("input.real_batch"), staging_small_.data(),
-                        sizeof(std::int32_t));
+    ex_->copy_to_device(hot_.real_batch, staging_small_.data(), sizeof(std::int32_t));
     if (bucket > in.batch) {
       ex_->launch(make_kernel_launch<kernels::pad_inputs_kernel>(pad, bucket - in.batch,
                                                                  kernels::cuda_pad_inputs()));
@@ -468,9 +473,8 @@ void draft_runtime::run_round(std::int32_t depth) {
 
 std::vector<guard_word> draft_runtime::read_guards() {
   ensure_usable();
-  const buffer_spec& g = plan_.find("guards");
-  std::vector<guard_word> out(static_cast<std::size_t>(g.shape[0]));
-  guarding_cuda([&] { ex_->copy_to_host(out.data(), buffer<guard_word>("guards"), g.bytes); });
+  std::vector<guard_word> out(hot_.guard_bytes / sizeof(guard_word));
+  guarding_cuda([&] { ex_->copy_to_host(out.data(), hot_.guards, hot_.guard_bytes); });
   return out;
 }
 

@@ -247,6 +247,15 @@ class draft_runtime {
   std::int32_t batch_ = 0;
   std::int32_t next_step_ = 0;
   std::string failure_;  // set after a CUDA error: no more replays
+  // Arena pointers used every round, resolved once (plan::find is a name search).
+  struct {
+    std::int32_t* real_batch = nullptr;
+    std::int32_t* req_pool_index = nullptr;
+    std::int32_t* seq_len = nullptr;
+    std::int64_t* out_cache_loc = nullptr;
+    guard_word* guards = nullptr;
+    std::size_t guard_bytes = 0;
+  } hot_;
   // Host staging, sized by the plan once: [real_batch][req_pool_index][seq_len] and cache_loc.
   std::vector<std::int32_t> staging_small_;
   std::vector<std::int64_t> staging_cache_loc_;
