@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "bench_support.hpp"
-#include "branch_layout.hpp"
+#include "bench/bench_support.hpp"
 #include "specgraph/forwarding_executor.hpp"
 #include "specgraph/runtime.hpp"
+#include "testing/branch_layout.hpp"
 
 namespace specgraph::bench {
 namespace {

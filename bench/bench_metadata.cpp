@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "bench_support.hpp"
-#include "branch_layout.hpp"
-#include "multipass_baseline.hpp"
+#include "bench/bench_support.hpp"
+#include "bench/multipass_baseline.hpp"
 #include "specgraph/metadata.hpp"
+#include "testing/branch_layout.hpp"
 
 namespace specgraph::bench {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
-#include "bench_support.hpp"
-#include "sim/sim_engine.hpp"
+#include "bench/bench_support.hpp"
+#include "tools/sim/sim_engine.hpp"
 
 namespace specgraph::bench {
 namespace {

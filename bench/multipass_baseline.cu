@@ -1,4 +1,4 @@
-#include "multipass_baseline.hpp"
+#include "bench/multipass_baseline.hpp"
 #include "specgraph/row_kernel_cuda.cuh"
 
 namespace specgraph::bench {

@@ -1,4 +1,4 @@
-#include "multipass_baseline.hpp"
+#include "bench/multipass_baseline.hpp"
 
 namespace specgraph::bench {
 multipass_cuda_launchers multipass_cuda() {

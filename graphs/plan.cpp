@@ -1,11 +1,10 @@
+// make_plan(): validation against limits.hpp, the typed layout and the named buffer list.
 #include "specgraph/plan.hpp"
 
 #include <algorithm>
-#include <iomanip>
-#include <sstream>
 #include <string>
 
-#include "checks.hpp"
+#include "device/checks.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/guard.hpp"
 
@@ -13,25 +12,62 @@ namespace specgraph {
 namespace {
 
 using detail::at_least;
+using detail::between;
 using detail::indexed;
 
 std::size_t align_up(std::size_t x, std::size_t a) {
   return (x + a - 1) / a * a;
 }
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
-  return s + "]";
+// Appends buffers in arena order, keeping the named list (reports) and returning each offset
+// (the typed layout). Sizes are int64 products of validated fields: each factor is bounded by
+// limits.hpp, so no product here exceeds 2^51 and the running offset stays far inside int64.
+class arena_builder {
+ public:
+  explicit arena_builder(std::vector<buffer_spec>& out) : out_(&out) {}
+  std::size_t add(std::string name, std::int32_t step, std::vector<std::int64_t> shape, dtype t,
+                  std::size_t alignment = arena_alignment) {
+    offset_ = align_up(offset_, alignment);
+    buffer_spec b;
+    b.alignment = alignment;
+    b.name = std::move(name);
+    b.step = step;
+    b.shape = std::move(shape);
+    b.type = t;
+    b.capacity = b.shape.back();
+    std::int64_t elements = 1;
+    for (const std::int64_t d : b.shape) elements *= d;
+    b.bytes = static_cast<std::size_t>(elements) * size_of(t);
+    b.offset = offset_;
+    offset_ += b.bytes;
+    out_->push_back(std::move(b));
+    return out_->back().offset;
+  }
+  std::size_t end() const { return offset_; }
+
+ private:
+  std::vector<buffer_spec>* out_;
+  std::size_t offset_ = 0;
+};
+
+// The config field whose value sizes a buffer, for the arena-limit error.
+const char* sizing_field(const std::string& buffer) {
+  if (buffer == "prefix.page_table") return "max_context_len";
+  if (buffer.rfind("sparse.", 0) == 0) return "sparse";
+  if (buffer == "input.out_cache_loc") return "num_steps";
+  return "max_batch";
 }
 
 }  // namespace
 
 std::vector<std::int32_t> default_buckets(std::int32_t max_batch) {
-  at_least("max_batch", max_batch, 1);
+  between("max_batch", max_batch, 1, limits::max_batch, "the limit");
   std::vector<std::int32_t> b;
-  auto add_range = [&](std::int32_t from, std::int32_t to, std::int32_t step) {
-    for (std::int32_t x = from; x <= to && x <= max_batch; x += step) b.push_back(x);
+  // int64 loop variable: x + step never wraps even for max_batch near the limit.
+  auto add_range = [&](std::int64_t from, std::int64_t to, std::int64_t step) {
+    for (std::int64_t x = from; x <= to && x <= max_batch; x += step) {
+      b.push_back(static_cast<std::int32_t>(x));
+    }
   };
   add_range(1, 8, 1);
   add_range(10, 32, 2);
@@ -61,31 +97,42 @@ std::size_t size_of(dtype t) noexcept {
 }
 
 void validate(const draft_config& c) {
-  at_least("max_batch", c.max_batch, 1);
-  at_least("topk", c.topk, 1);
-  at_least("num_steps", c.num_steps, 1);
-  at_least("page_size", c.page_size, 1);
-  at_least("max_context_len", c.max_context_len, 1);
-  at_least("pool_rows", c.pool_rows, 1);
-  at_least("kv_slots", c.kv_slots, 1);
-  // Rows and slot ids are int32 inside the kernels.
-  const std::int64_t rows = static_cast<std::int64_t>(c.max_batch) * c.topk;
-  SPECGRAPH_EXPECTS(rows <= (1LL << 30), "max_batch",
-                    "max_batch * topk = " + std::to_string(rows) + " exceeds the limit 2^30");
-  SPECGRAPH_EXPECTS(c.num_steps <= 1024, "num_steps",
-                    std::to_string(c.num_steps) + " exceeds the limit 1024");
+  between("max_batch", c.max_batch, 1, limits::max_batch, "the limit");
+  between("topk", c.topk, 1, limits::max_topk, "the limit");
+  const std::int64_t rows = static_cast<std::int64_t>(c.max_batch) * c.topk;  // < 2^30
+  SPECGRAPH_EXPECTS(rows <= limits::max_rows, "max_batch",
+                    std::to_string(c.max_batch) + " * topk " + std::to_string(c.topk) + " = " +
+                        std::to_string(rows) + " rows exceeds the limit " +
+                        std::to_string(limits::max_rows));
+  between("num_steps", c.num_steps, 1, limits::max_num_steps, "the limit");
+  between("page_size", c.page_size, 1, limits::max_page_size, "the limit");
+  between("max_context_len", c.max_context_len, 1, limits::max_context_len, "the limit");
+  between("pool_rows", c.pool_rows, 1, limits::max_pool_rows, "the limit");
+  between("kv_slots", c.kv_slots, 1, limits::max_kv_slots, "the limit");
+  // Page ids are int32 in every table: the largest, (kv_slots - 1) / page_size, must fit.
+  const std::int64_t largest_page = (c.kv_slots - 1) / c.page_size;
+  SPECGRAPH_EXPECTS(largest_page <= limits::max_page_id, "kv_slots",
+                    std::to_string(c.kv_slots) + " slots at page_size " +
+                        std::to_string(c.page_size) + " give page ids up to " +
+                        std::to_string(largest_page) + ", above the int32 page-table limit " +
+                        std::to_string(limits::max_page_id));
   for (std::size_t i = 0; i < c.buckets.size(); ++i) {
-    at_least(indexed("buckets", i), c.buckets[i], i == 0 ? 1 : c.buckets[i - 1] + 1);
+    // int64: the previous bucket + 1 cannot wrap.
+    const std::int64_t minimum = i == 0 ? 1 : static_cast<std::int64_t>(c.buckets[i - 1]) + 1;
+    at_least(indexed("buckets", static_cast<std::int64_t>(i)), c.buckets[i], minimum);
+    detail::at_most(indexed("buckets", static_cast<std::int64_t>(i)), c.buckets[i], c.max_batch,
+                    "max_batch");
   }
   if (!c.buckets.empty()) {
-    SPECGRAPH_EXPECTS(c.buckets.back() >= c.max_batch, "buckets",
+    SPECGRAPH_EXPECTS(c.buckets.back() == c.max_batch, "buckets",
                       "the largest bucket " + std::to_string(c.buckets.back()) +
-                          " is below max_batch " + std::to_string(c.max_batch));
+                          " is below max_batch " + std::to_string(c.max_batch) +
+                          " (a batch of max_batch would have no bucket)");
   }
   if (c.sparse) {
     const sparse_config& s = *c.sparse;
-    at_least("sparse.heads", s.heads, 1);
-    at_least("sparse.max_keys", s.max_keys, 1);
+    between("sparse.heads", s.heads, 1, limits::max_heads, "the limit");
+    between("sparse.max_keys", s.max_keys, 1, limits::max_keys, "the limit");
     SPECGRAPH_EXPECTS(s.vertical_size.size() == static_cast<std::size_t>(s.heads),
                       "sparse.vertical_size",
                       std::to_string(s.vertical_size.size()) +
@@ -94,8 +141,11 @@ void validate(const draft_config& c) {
                       std::to_string(s.slash_size.size()) +
                           " entries, expected heads = " + std::to_string(s.heads));
     for (std::size_t h = 0; h < s.vertical_size.size(); ++h) {
-      at_least(indexed("sparse.vertical_size", h), s.vertical_size[h], 0);
-      at_least(indexed("sparse.slash_size", h), s.slash_size[h], 0);
+      const auto i = static_cast<std::int64_t>(h);
+      between(indexed("sparse.vertical_size", i), s.vertical_size[h], 0, limits::max_sparse_size,
+              "the limit");
+      between(indexed("sparse.slash_size", i), s.slash_size[h], 0, limits::max_sparse_size,
+              "the limit");
     }
   }
 }
@@ -107,57 +157,48 @@ plan make_plan(const draft_config& config) {
   if (p.config.buckets.empty()) p.config.buckets = default_buckets(config.max_batch);
   const draft_config& c = p.config;
   const std::int64_t max_bucket = p.max_bucket();
-  const std::int64_t rows = max_bucket * c.topk;
-  const std::int64_t prefix_cols = (c.max_context_len + c.page_size - 1) / c.page_size;
+  const std::int64_t rows = max_bucket * c.topk;  // <= limits::max_rows
+  // int64: max_context_len + page_size < 2^29.
+  const std::int64_t prefix_cols =
+      (static_cast<std::int64_t>(c.max_context_len) + c.page_size - 1) / c.page_size;
+  plan_layout& l = p.layout;
+  l.num_steps = c.num_steps;
+  l.prefix_capacity = static_cast<std::int32_t>(prefix_cols);  // <= max_context_len
 
-  std::size_t offset = 0;
-  auto add = [&](std::string name, std::int32_t step, std::vector<std::int64_t> shape, dtype t,
-                 std::size_t alignment = arena_alignment) {
-    offset = align_up(offset, alignment);
-    buffer_spec b;
-    b.alignment = alignment;
-    b.name = std::move(name);
-    b.step = step;
-    b.shape = std::move(shape);
-    b.type = t;
-    b.capacity = b.shape.back();
-    std::int64_t elements = 1;
-    for (const std::int64_t d : b.shape) elements *= d;
-    b.bytes = static_cast<std::size_t>(elements) * size_of(t);
-    b.offset = offset;
-    offset += b.bytes;
-    p.buffers.push_back(std::move(b));
-  };
-
-  // Static inputs, written by stage() before each round. The three small ones are packed
-  // back to back so stage() copies them with one transfer (and out_cache_loc with another).
-  add("input.real_batch", all_steps, {1}, dtype::int32);
-  add("input.req_pool_index", all_steps, {max_bucket}, dtype::int32, 4);
-  add("input.seq_len", all_steps, {max_bucket}, dtype::int32, 4);
-  add("input.out_cache_loc", all_steps, {max_bucket, c.topk, c.num_steps}, dtype::int64);
+  arena_builder a(p.buffers);
+  l.real_batch = a.add("input.real_batch", all_steps, {1}, dtype::int32);
+  l.req_pool_index = a.add("input.req_pool_index", all_steps, {max_bucket}, dtype::int32, 4);
+  l.seq_len = a.add("input.seq_len", all_steps, {max_bucket}, dtype::int32, 4);
+  l.small_inputs_bytes = a.end() - l.real_batch;
+  l.out_cache_loc =
+      a.add("input.out_cache_loc", all_steps, {max_bucket, c.topk, c.num_steps}, dtype::int64);
   // Step-invariant prefix metadata: once, not once per step; ceil(max_context_len / ps) wide.
-  add("prefix.last_page_len", all_steps, {max_bucket}, dtype::int32);
-  add("prefix.seqlen", all_steps, {max_bucket}, dtype::int32);
-  add("prefix.page_table", all_steps, {max_bucket, prefix_cols}, dtype::int32);
-  add("prefix.cu_seqlens_q", all_steps, {max_bucket + 1}, dtype::int32);
+  l.last_page_len = a.add("prefix.last_page_len", all_steps, {max_bucket}, dtype::int32);
+  l.prefix_seqlen = a.add("prefix.seqlen", all_steps, {max_bucket}, dtype::int32);
+  l.prefix_page_table =
+      a.add("prefix.page_table", all_steps, {max_bucket, prefix_cols}, dtype::int32);
+  l.cu_seqlens_q = a.add("prefix.cu_seqlens_q", all_steps, {max_bucket + 1}, dtype::int32);
   // Per-step expand metadata: exactly d + 1 = s + 2 columns.
   for (std::int32_t s = 0; s < c.num_steps; ++s) {
-    add("expand.page_table", s, {rows, s + 2}, dtype::int32);
-    add("expand.cache_seqlen", s, {rows}, dtype::int32);
+    l.expand_page_table.push_back(a.add("expand.page_table", s, {rows, s + 2}, dtype::int32));
+    l.expand_cache_seqlen.push_back(a.add("expand.cache_seqlen", s, {rows}, dtype::int32));
   }
   if (c.sparse) {
     const sparse_config& sp = *c.sparse;
     const std::int64_t heads = sp.heads;
-    const auto max_v = std::max<std::int64_t>(
+    const std::int32_t max_v = std::max<std::int32_t>(
         1, *std::max_element(sp.vertical_size.begin(), sp.vertical_size.end()));
-    const auto max_s =
-        std::max<std::int64_t>(1, *std::max_element(sp.slash_size.begin(), sp.slash_size.end()));
-    add("sparse.vertical_in", all_steps, {heads, max_v}, dtype::int32);
-    add("sparse.vertical_count_in", all_steps, {heads}, dtype::int32);
-    add("sparse.vertical_size", all_steps, {heads}, dtype::int32);
-    add("sparse.slash_in", all_steps, {heads, max_s}, dtype::int32);
-    add("sparse.slash_count_in", all_steps, {heads}, dtype::int32);
-    add("sparse.slash_size", all_steps, {heads}, dtype::int32);
+    const std::int32_t max_s =
+        std::max<std::int32_t>(1, *std::max_element(sp.slash_size.begin(), sp.slash_size.end()));
+    auto& in = l.sparse_in;
+    in.vertical_stride = max_v;
+    in.slash_stride = max_s;
+    in.vertical = a.add("sparse.vertical_in", all_steps, {heads, max_v}, dtype::int32);
+    in.vertical_count = a.add("sparse.vertical_count_in", all_steps, {heads}, dtype::int32);
+    in.vertical_size = a.add("sparse.vertical_size", all_steps, {heads}, dtype::int32);
+    in.slash = a.add("sparse.slash_in", all_steps, {heads, max_s}, dtype::int32);
+    in.slash_count = a.add("sparse.slash_count_in", all_steps, {heads}, dtype::int32);
+    in.slash_size = a.add("sparse.slash_size", all_steps, {heads}, dtype::int32);
     // Per stage kind, sized per head (section 6): Vcap the largest vertical size clamped to the
     // keys seen, Scap the largest slash size.
     std::int32_t vcap = 1, scap = 1;
@@ -165,22 +206,38 @@ plan make_plan(const draft_config& config) {
       vcap = std::max(vcap, std::min(sp.vertical_size[static_cast<std::size_t>(h)], sp.max_keys));
       scap = std::max(scap, sp.slash_size[static_cast<std::size_t>(h)]);  // not clamped (spec)
     }
-    for (const char* kind : {"intra", "succ", "inter"}) {
-      const std::string base = std::string("sparse.") + kind;
-      add(base + ".vertical", all_steps, {heads, vcap}, dtype::int32);
-      add(base + ".vertical_count", all_steps, {heads}, dtype::int32);
-      add(base + ".slash", all_steps, {heads, scap}, dtype::int32);
-      add(base + ".slash_count", all_steps, {heads}, dtype::int32);
+    const char* kinds[sparse_stage_kinds] = {"intra", "succ", "inter"};
+    for (std::int32_t k = 0; k < sparse_stage_kinds; ++k) {
+      const std::string base = std::string("sparse.") + kinds[k];
+      auto& st = l.sparse_stage[k];
+      st.vertical_capacity = vcap;
+      st.slash_capacity = scap;
+      st.vertical = a.add(base + ".vertical", all_steps, {heads, vcap}, dtype::int32);
+      st.vertical_count = a.add(base + ".vertical_count", all_steps, {heads}, dtype::int32);
+      st.slash = a.add(base + ".slash", all_steps, {heads, scap}, dtype::int32);
+      st.slash_count = a.add(base + ".slash_count", all_steps, {heads}, dtype::int32);
     }
   }
-  const std::int64_t guards = 1 + c.num_steps + (c.sparse ? 3 : 0);
-  add("guards", all_steps, {guards}, dtype::guard);
-  p.total_bytes = align_up(offset, arena_alignment);
+  l.guard_count = 2 + c.num_steps + (c.sparse ? sparse_stage_kinds : 0);
+  l.guards = a.add("guards", all_steps, {l.guard_count}, dtype::guard);
+  p.total_bytes = align_up(a.end(), arena_alignment);
+
+  if (p.total_bytes > static_cast<std::size_t>(limits::max_arena_bytes)) {
+    const buffer_spec& largest = *std::max_element(
+        p.buffers.begin(), p.buffers.end(),
+        [](const buffer_spec& x, const buffer_spec& y) { return x.bytes < y.bytes; });
+    SPECGRAPH_EXPECTS(false, sizing_field(largest.name),
+                      "the arena would need " + std::to_string(p.total_bytes) +
+                          " bytes, above the limit " + std::to_string(limits::max_arena_bytes) +
+                          " (largest buffer " + largest.name + ", " +
+                          std::to_string(largest.bytes) + " bytes)");
+  }
 
   p.our_prefix_table_bytes = p.find("prefix.page_table").bytes;
   for (std::int32_t s = 0; s < c.num_steps; ++s) {
     p.our_expand_table_bytes += p.find("expand.page_table", s).bytes;
   }
+  // Below 2^40 * 2^10 * 2^28: inside size_t.
   p.today.prefix_table_bytes = static_cast<std::size_t>(c.num_steps) *
                                static_cast<std::size_t>(max_bucket) *
                                static_cast<std::size_t>(c.max_context_len) * 4;
@@ -209,57 +266,8 @@ std::int32_t plan::bucket_for(std::int32_t batch) const {
   return *std::lower_bound(config.buckets.begin(), config.buckets.end(), batch);
 }
 
-std::string plan::report_text() const {
-  std::ostringstream s;
-  s << std::left << std::setw(28) << "buffer" << std::setw(6) << "step" << std::setw(18) << "shape"
-    << std::setw(12) << "dtype" << std::right << std::setw(10) << "capacity" << std::setw(12)
-    << "offset" << std::setw(12) << "bytes" << '\n';
-  for (const buffer_spec& b : buffers) {
-    s << std::left << std::setw(28) << b.name << std::setw(6)
-      << (b.step == all_steps ? std::string("all") : std::to_string(b.step)) << std::setw(18)
-      << shape_string(b.shape) << std::setw(12) << to_string(b.type) << std::right << std::setw(10)
-      << b.capacity << std::setw(12) << b.offset << std::setw(12) << b.bytes << '\n';
-  }
-  const double ratio = static_cast<double>(today.total_bytes) / static_cast<double>(total_bytes);
-  s << "arena: " << total_bytes << " bytes in one allocation (" << buffers.size() << " buffers, "
-    << config.buckets.size() << " buckets up to " << max_bucket() << ")\n"
-    << "prefix page table: " << our_prefix_table_bytes
-    << " bytes once; today's engine sizing: " << today.prefix_table_bytes
-    << " bytes (max_context_len wide, one per step)\n"
-    << "expand page tables: " << our_expand_table_bytes
-    << " bytes (d + 1 wide per step); today's engine sizing: " << today.expand_table_bytes
-    << " bytes (num_steps wide per step)\n"
-    << "total: " << total_bytes << " bytes vs " << today.total_bytes << " bytes today ("
-    << std::fixed << std::setprecision(2) << ratio << "x)\n";
-  return s.str();
-}
-
-std::string plan::report_json() const {
-  std::ostringstream s;
-  s << "{\"buffers\":[";
-  for (std::size_t i = 0; i < buffers.size(); ++i) {
-    const buffer_spec& b = buffers[i];
-    s << (i ? "," : "") << "{\"name\":\"" << b.name << "\",\"step\":";
-    if (b.step == all_steps) {
-      s << "\"all\"";
-    } else {
-      s << b.step;
-    }
-    s << ",\"shape\":[";
-    for (std::size_t d = 0; d < b.shape.size(); ++d) s << (d ? "," : "") << b.shape[d];
-    s << "],\"dtype\":\"" << to_string(b.type) << "\",\"capacity\":" << b.capacity
-      << ",\"offset\":" << b.offset << ",\"bytes\":" << b.bytes << ",\"alignment\":" << b.alignment
-      << '}';
-  }
-  s << "],\"buckets\":[";
-  for (std::size_t i = 0; i < config.buckets.size(); ++i) s << (i ? "," : "") << config.buckets[i];
-  const double ratio = static_cast<double>(today.total_bytes) / static_cast<double>(total_bytes);
-  s << "],\"total_bytes\":" << total_bytes << ",\"prefix_table_bytes\":" << our_prefix_table_bytes
-    << ",\"expand_table_bytes\":" << our_expand_table_bytes
-    << ",\"today\":{\"prefix_table_bytes\":" << today.prefix_table_bytes
-    << ",\"expand_table_bytes\":" << today.expand_table_bytes
-    << ",\"total_bytes\":" << today.total_bytes << "},\"ratio\":" << ratio << "}";
-  return s.str();
+bool plan::has_bucket(std::int32_t bucket) const {
+  return std::binary_search(config.buckets.begin(), config.buckets.end(), bucket);
 }
 
 }  // namespace specgraph

@@ -1,10 +1,10 @@
 // CUDA trampolines of the built-in metadata kernels. The per-row code is in the headers beside
 // this file and is the same code the host executor runs.
-#include "builtin_kernels.hpp"
-#include "expand_page_table.hpp"
-#include "pad_inputs.hpp"
-#include "prefix_metadata.hpp"
-#include "sparse_indices.hpp"
+#include "kernels/builtin_kernels.hpp"
+#include "kernels/expand_page_table.hpp"
+#include "kernels/prefix_metadata.hpp"
+#include "kernels/sparse_indices.hpp"
+#include "kernels/stage_inputs.hpp"
 #include "specgraph/row_kernel_cuda.cuh"
 
 namespace specgraph::kernels {
@@ -18,8 +18,8 @@ cuda_rows_fn cuda_prefix_metadata() {
 cuda_rows_fn cuda_sparse_stage() {
   return &cuda_rows<sparse_stage_kernel>;
 }
-cuda_rows_fn cuda_pad_inputs() {
-  return &cuda_rows<pad_inputs_kernel>;
+cuda_rows_fn cuda_stage_inputs() {
+  return &cuda_rows<stage_inputs_kernel>;
 }
 
 }  // namespace specgraph::kernels

@@ -1,5 +1,5 @@
 // Host-only builds: the built-in kernels have no CUDA launcher.
-#include "builtin_kernels.hpp"
+#include "kernels/builtin_kernels.hpp"
 
 namespace specgraph::kernels {
 
@@ -12,7 +12,7 @@ cuda_rows_fn cuda_prefix_metadata() {
 cuda_rows_fn cuda_sparse_stage() {
   return nullptr;
 }
-cuda_rows_fn cuda_pad_inputs() {
+cuda_rows_fn cuda_stage_inputs() {
   return nullptr;
 }
 

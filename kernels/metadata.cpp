@@ -6,11 +6,11 @@
 #include <limits>
 #include <string>
 
-#include "builtin_kernels.hpp"
-#include "checks.hpp"
-#include "expand_page_table.hpp"
-#include "prefix_metadata.hpp"
-#include "sparse_indices.hpp"
+#include "device/checks.hpp"
+#include "kernels/builtin_kernels.hpp"
+#include "kernels/expand_page_table.hpp"
+#include "kernels/prefix_metadata.hpp"
+#include "kernels/sparse_indices.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 

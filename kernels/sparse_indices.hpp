@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "guard_ops.hpp"
+#include "kernels/guard_ops.hpp"
 #include "specgraph/metadata.hpp"
 
 namespace specgraph::kernels {

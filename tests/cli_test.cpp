@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "json.hpp"
-#include "metadata_command.hpp"
-#include "plan_command.hpp"
+#include "tools/json.hpp"
+#include "tools/metadata_command.hpp"
+#include "tools/plan_command.hpp"
 
 namespace specgraph::tools {
 namespace {

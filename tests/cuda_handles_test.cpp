@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "cuda_handles.hpp"
+#include "device/cuda_handles.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 

@@ -1,13 +1,14 @@
 // The executor seam: the host emulation is honest about what stream capture forbids, and both
 // executors record launches (with their params at record time) and replay them in order.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/row_kernel.hpp"
-#include "test_support.hpp"
+#include "tests/test_support.hpp"
 
 namespace specgraph::testing {
 namespace {
@@ -129,16 +130,105 @@ TEST(Executors, FactoryNamesTheKinds) {
 
 TEST(DeviceBuffer, IsMoveOnlyAndFreesOnce) {
   auto ex = make_host_executor();
-  device_buffer a(*ex, 128);
-  void* p = a.data();
-  device_buffer b(std::move(a));
-  EXPECT_EQ(a.data(), nullptr);  // NOLINT(bugprone-use-after-move): checking the moved-from state
-  EXPECT_EQ(b.data(), p);
-  device_buffer c;
-  c = std::move(b);
-  EXPECT_EQ(c.data(), p);
-  EXPECT_EQ(c.size(), 128u);
+  {
+    device_buffer a(*ex, 128);
+    void* p = a.data();
+    device_buffer b(std::move(a));
+    EXPECT_EQ(a.data(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state
+    EXPECT_EQ(b.data(), p);
+    device_buffer c;
+    c = std::move(b);
+    EXPECT_EQ(c.data(), p);
+    EXPECT_EQ(c.size(), 128u);
+    EXPECT_EQ(ex->counters().frees, 0) << "moves must not free";
+    device_buffer d(*ex, 64);
+    d = std::move(c);  // d's own 64 bytes are freed here, the 128 move in
+    EXPECT_EQ(ex->counters().frees, 1);
+  }
+  EXPECT_EQ(ex->counters().allocations, 2);
+  EXPECT_EQ(ex->counters().frees, 2) << "each allocation freed exactly once";
   static_assert(!std::is_copy_constructible_v<device_buffer>);
+}
+
+TEST(HostExecutor, FreeingIsRefusedDuringCaptureAndDeferredForDestructors) {
+  auto ex = make_host_executor();
+  void* raw = ex->allocate(64);
+  auto owned = std::make_unique<device_buffer>(*ex, 64);
+  ex->begin_capture();
+  EXPECT_THROW(ex->deallocate(raw), capture_violation);
+  owned.reset();  // a destructor during capture: the free waits for the capture to end
+  EXPECT_EQ(ex->counters().frees, 0);
+  ex->abort_capture();
+  EXPECT_EQ(ex->counters().frees, 1);
+  ex->deallocate(raw);
+  EXPECT_EQ(ex->counters().frees, 2);
+}
+
+// Deferred mode: eager work runs only when the host waits for it, like an asynchronous device.
+TEST(HostExecutor, DeferredWorkRunsWhenTheHostWaitsAndEventsTrackIt) {
+  auto ex = make_host_executor({/*deferred=*/true});
+  device_buffer buf(*ex, 2 * sizeof(std::int64_t));
+  ex->fill_bytes(buf.data(), 0, buf.size());
+  event_handle first(*ex), second(*ex);
+  append_digit_kernel::params storage{};
+  ex->launch(append_digit(buf.as<std::int64_t>(), 1, 2, storage));
+  ex->record_event(first.get());
+  ex->launch(append_digit(buf.as<std::int64_t>(), 2, 1, storage));
+  ex->record_event(second.get());
+  const auto* host_view = buf.as<std::int64_t>();  // host executor memory is host memory
+  EXPECT_EQ(host_view[0], 0) << "nothing may run before the host waits";
+  EXPECT_FALSE(ex->event_complete(first.get()));
+  ex->synchronize_event(first.get());
+  EXPECT_EQ(ex->counters().event_waits, 1);
+  EXPECT_EQ(host_view[0], 1);
+  EXPECT_FALSE(ex->event_complete(second.get())) << "only the work before `first` has run";
+  ex->synchronize_event(first.get());  // already complete: no wait counted
+  EXPECT_EQ(ex->counters().event_waits, 1);
+  std::vector<std::int64_t> out(2);
+  ex->copy_to_host(out.data(), buf.data(), 16);  // a read-back runs everything before it
+  EXPECT_EQ(out, (std::vector<std::int64_t>{12, 1}));
+  EXPECT_TRUE(ex->event_complete(second.get()));
+}
+
+// Pageable copies stage their source at once; pinned copies read it when they run.
+TEST(HostExecutor, DeferredPinnedCopiesReadTheSourceWhenTheyRun) {
+  auto ex = make_host_executor({/*deferred=*/true});
+  device_buffer dst(*ex, 2 * sizeof(std::int32_t));
+  pinned_buffer pinned(*ex, sizeof(std::int32_t));
+  std::int32_t pageable = 5;
+  *pinned.as<std::int32_t>() = 7;
+  ex->copy_to_device(dst.as<std::int32_t>(), &pageable, 4);
+  ex->copy_from_pinned(dst.as<std::int32_t>() + 1, pinned.data(), 4);
+  pageable = 50;                    // allowed: the pageable source was staged
+  *pinned.as<std::int32_t>() = 70;  // a bug in real code: the pinned copy has not run yet
+  std::vector<std::int32_t> out(2);
+  ex->copy_to_host(out.data(), dst.data(), 8);
+  EXPECT_EQ(out, (std::vector<std::int32_t>{5, 70}));
+  EXPECT_EQ(ex->counters().copies_to_device, 2);
+  EXPECT_EQ(ex->counters().pinned_allocations, 1);
+}
+
+// An event recorded inside a captured graph fires at each replay.
+TEST(HostExecutor, EventsRecordedDuringCaptureFireAtReplay) {
+  auto ex = make_host_executor({/*deferred=*/true});
+  device_buffer buf(*ex, sizeof(std::int64_t));
+  ex->fill_bytes(buf.data(), 0, buf.size());
+  event_handle e(*ex);
+  append_digit_kernel::params storage{};
+  ex->begin_capture();
+  ex->wait_event(e.get());
+  ex->launch(append_digit(buf.as<std::int64_t>(), 3, 1, storage));
+  ex->record_event(e.get());
+  auto exec = ex->instantiate(*ex->end_capture());
+  ex->launch_graph(*exec);
+  EXPECT_FALSE(ex->event_complete(e.get()));
+  ex->synchronize_event(e.get());
+  EXPECT_EQ(*buf.as<std::int64_t>(), 3);
+  ex->begin_capture();
+  EXPECT_THROW((void)ex->create_event(), capture_violation);
+  EXPECT_THROW((void)ex->event_complete(e.get()), capture_violation);
+  EXPECT_THROW(ex->synchronize_event(e.get()), capture_violation);
+  ex->abort_capture();
 }
 
 // The same recorded-launch contract on every executor, with the built-in expand kernel.

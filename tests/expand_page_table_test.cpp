@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
-#include "branch_layout.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/metadata.hpp"
-#include "test_support.hpp"
+#include "testing/branch_layout.hpp"
+#include "tests/test_support.hpp"
 
 namespace specgraph::testing {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime_support.hpp"
+#include "tests/runtime_support.hpp"
 
 namespace specgraph::testing {
 namespace {

@@ -60,8 +60,8 @@ TEST(Plan, StepTablesAreExactlyDPlusOneWideAndPrefixExistsOnce) {
                             [](const buffer_spec& b) { return b.name == "prefix.page_table"; }),
               1);
     EXPECT_EQ(p.find("input.out_cache_loc").shape, (std::vector<std::int64_t>{32, 4, steps}));
-    EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{1 + steps}));
-    EXPECT_EQ(p.find("guards").bytes, static_cast<std::size_t>(1 + steps) * sizeof(guard_word));
+    EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{2 + steps}));
+    EXPECT_EQ(p.find("guards").bytes, static_cast<std::size_t>(2 + steps) * sizeof(guard_word));
   }
 }
 
@@ -87,7 +87,7 @@ TEST(Plan, BuffersAreAlignedDisjointAndInsideOneArena) {
   // Sparse buffers sized per head: the largest head size clamped to the keys seen.
   EXPECT_EQ(p.find("sparse.intra.vertical").shape, (std::vector<std::int64_t>{4, 4}));
   EXPECT_EQ(p.find("sparse.inter.slash").shape, (std::vector<std::int64_t>{4, 4}));
-  EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{1 + 5 + 3}));
+  EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{2 + 5 + 3}));
 }
 
 TEST(Plan, VerticalCapacityClampsToTheKeysSeenSlashDoesNot) {

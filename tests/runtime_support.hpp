@@ -10,10 +10,10 @@
 #include <random>
 #include <vector>
 
-#include "branch_layout.hpp"
-#include "engine_probe.hpp"
 #include "specgraph/runtime.hpp"
-#include "test_support.hpp"
+#include "testing/branch_layout.hpp"
+#include "testing/engine_probe.hpp"
+#include "tests/test_support.hpp"
 
 namespace specgraph::testing {
 
@@ -33,7 +33,9 @@ struct host_round {
 
 class sim_engine {
  public:
-  sim_engine(executor& ex, draft_config config, std::mt19937_64& rng) : ex_(&ex), config_(config) {
+  // `arena`, when given, is caller memory for the runtime (plan.total_bytes, aligned).
+  sim_engine(executor& ex, draft_config config, std::mt19937_64& rng, void* arena = nullptr)
+      : ex_(&ex), config_(config) {
     const std::int32_t ps = config.page_size;
     const std::int32_t pages_per_row = (config.max_context_len + ps - 1) / ps;
     // Pool row 0 is the padding target; its tokens sit on page 0 like the reserved dummy.
@@ -50,8 +52,8 @@ class sim_engine {
     device_rtt_ = device_buffer(ex, req_to_token_.size() * sizeof(std::int32_t));
     ex.copy_to_device(device_rtt_.data(), req_to_token_.data(),
                       req_to_token_.size() * sizeof(std::int32_t));
-    runtime_ =
-        std::make_unique<draft_runtime>(ex, config, engine_tables{device_rtt_.as<std::int32_t>()});
+    runtime_ = arena == nullptr ? std::make_unique<draft_runtime>(ex, config, tables())
+                                : std::make_unique<draft_runtime>(ex, config, tables(), arena);
     const std::size_t rows = static_cast<std::size_t>(runtime_->plan().max_bucket()) * config.topk;
     probe_out_ =
         device_buffer(ex, rows * static_cast<std::size_t>(config.num_steps) * sizeof(std::int64_t));
@@ -60,7 +62,9 @@ class sim_engine {
     runtime_->set_forward([this](const step_view& v) { probe_forward(v); });
   }
 
-  void probe_forward(const step_view& v) {
+  void probe_forward(const step_view& v) { probe_forward(*v.ex, v, probe_out(v.step)); }
+  // The probe over any view (the runtime's, or buffers an engine drives itself) into `out`.
+  static void probe_forward(executor& ex, const step_view& v, std::int64_t* out) {
     engine_probe_kernel::params p{};
     p.expand_table = v.expand_page_table;
     p.expand_capacity = v.expand_capacity;
@@ -70,8 +74,8 @@ class sim_engine {
     p.prefix_capacity = v.prefix_capacity;
     p.prefix_seqlen = v.prefix_seqlen;
     p.topk = v.topk;
-    p.out = probe_out(v.step);
-    v.ex->launch(make_kernel_launch<engine_probe_kernel>(p, v.rows, engine_probe_cuda()));
+    p.out = out;
+    ex.launch(make_kernel_launch<engine_probe_kernel>(p, v.rows, engine_probe_cuda()));
   }
 
   std::int64_t* probe_out(std::int32_t step) const {
@@ -94,6 +98,7 @@ class sim_engine {
   }
 
   draft_runtime& rt() { return *runtime_; }
+  engine_tables tables() const { return engine_tables{device_rtt_.as<std::int32_t>()}; }
   const std::vector<std::int32_t>& req_to_token() const { return req_to_token_; }
   const draft_config& config() const { return config_; }
 

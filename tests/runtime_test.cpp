@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime_support.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/forwarding_executor.hpp"
 #include "specgraph/metadata.hpp"
 #include "specgraph/runtime.hpp"
-#include "test_support.hpp"
+#include "tests/runtime_support.hpp"
+#include "tests/test_support.hpp"
 
 namespace specgraph::testing {
 namespace {
@@ -124,22 +124,19 @@ void expect_replay_matches(sim_engine& eng, const eager_round& want, std::int32_
   const std::size_t rows = static_cast<std::size_t>(B) * eng.config().topk;
   const std::size_t cols = static_cast<std::size_t>(rt.plan().find("prefix.page_table").capacity);
   ASSERT_EQ(rt.staged_bucket(), B);
-  EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("prefix.last_page_len"), static_cast<std::size_t>(B)),
+  EXPECT_EQ(eng.read(rt.buffers().last_page_len(), static_cast<std::size_t>(B)),
             want.last_page_len);
-  EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("prefix.seqlen"), static_cast<std::size_t>(B)),
+  EXPECT_EQ(eng.read(rt.buffers().prefix_seqlen(), static_cast<std::size_t>(B)),
             want.prefix_seqlen);
-  EXPECT_EQ(
-      eng.read(rt.buffer<std::int32_t>("prefix.page_table"), static_cast<std::size_t>(B) * cols),
-      want.prefix_table);
-  EXPECT_EQ(
-      eng.read(rt.buffer<std::int32_t>("prefix.cu_seqlens_q"), static_cast<std::size_t>(B) + 1),
-      want.cu_seqlens_q);
+  EXPECT_EQ(eng.read(rt.buffers().prefix_page_table(), static_cast<std::size_t>(B) * cols),
+            want.prefix_table);
+  EXPECT_EQ(eng.read(rt.buffers().cu_seqlens_q(), static_cast<std::size_t>(B) + 1),
+            want.cu_seqlens_q);
   for (std::int32_t s = 0; s < depth; ++s) {
     SCOPED_TRACE("step " + std::to_string(s));
-    EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("expand.page_table", s),
-                       rows * static_cast<std::size_t>(s + 2)),
+    EXPECT_EQ(eng.read(rt.buffers().expand_page_table(s), rows * static_cast<std::size_t>(s + 2)),
               want.expand_table[static_cast<std::size_t>(s)]);
-    EXPECT_EQ(eng.read(rt.buffer<std::int32_t>("expand.cache_seqlen", s), rows),
+    EXPECT_EQ(eng.read(rt.buffers().expand_cache_seqlen(s), rows),
               want.cache_seqlen[static_cast<std::size_t>(s)]);
     EXPECT_EQ(eng.read(eng.probe_out(s), rows), want.probe[static_cast<std::size_t>(s)]);
   }
@@ -195,10 +192,10 @@ TEST_P(Runtime, PaddedRowsAreResetEveryRound) {
   eng.rt().stage(small.inputs());
   eng.rt().run_round(4);
   ASSERT_EQ(eng.rt().staged_bucket(), 8);
-  const auto pool = eng.read(eng.rt().buffer<std::int32_t>("input.req_pool_index"), 8);
-  const auto seq = eng.read(eng.rt().buffer<std::int32_t>("input.seq_len"), 8);
-  const auto slots = eng.read(eng.rt().buffer<std::int64_t>("input.out_cache_loc"), 8 * 3 * 4);
-  EXPECT_EQ(eng.read(eng.rt().buffer<std::int32_t>("input.real_batch"), 1)[0], 5);
+  const auto pool = eng.read(eng.rt().buffers().req_pool_index(), 8);
+  const auto seq = eng.read(eng.rt().buffers().seq_len(), 8);
+  const auto slots = eng.read(eng.rt().buffers().out_cache_loc(), 8 * 3 * 4);
+  EXPECT_EQ(eng.read(eng.rt().buffers().real_batch(), 1)[0], 5);
   for (std::size_t r = 5; r < 8; ++r) {
     EXPECT_EQ(pool[r], 0);
     EXPECT_EQ(seq[r], 1);
@@ -206,9 +203,9 @@ TEST_P(Runtime, PaddedRowsAreResetEveryRound) {
   }
   // Padded rows point at page 0 only and read 1 + d tokens.
   for (std::int32_t s = 0; s < 4; ++s) {
-    const auto table = eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s),
-                                24 * static_cast<std::size_t>(s + 2));
-    const auto seqlen = eng.read(eng.rt().buffer<std::int32_t>("expand.cache_seqlen", s), 24);
+    const auto table =
+        eng.read(eng.rt().buffers().expand_page_table(s), 24 * static_cast<std::size_t>(s + 2));
+    const auto seqlen = eng.read(eng.rt().buffers().expand_cache_seqlen(s), 24);
     for (std::size_t row = 15; row < 24; ++row) {
       for (std::size_t col = 0; col < static_cast<std::size_t>(s + 2); ++col) {
         EXPECT_EQ(table[row * static_cast<std::size_t>(s + 2) + col], 0) << "row " << row;
@@ -233,8 +230,8 @@ TEST_P(Runtime, StepTablesIgnoreColumnsPastDecodeLength) {
   const std::size_t rows = static_cast<std::size_t>(eng.rt().staged_bucket()) * 3;
   std::vector<std::vector<std::int32_t>> tables;
   for (std::int32_t s = 0; s < 6; ++s) {
-    tables.push_back(eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s),
-                              rows * static_cast<std::size_t>(s + 2)));
+    tables.push_back(
+        eng.read(eng.rt().buffers().expand_page_table(s), rows * static_cast<std::size_t>(s + 2)));
   }
   for (std::int32_t s = 0; s < 6; ++s) {
     host_round garbage = r;
@@ -246,12 +243,13 @@ TEST_P(Runtime, StepTablesIgnoreColumnsPastDecodeLength) {
     }
     eng.rt().stage(garbage.inputs());
     eng.rt().run_round(s + 1);
-    EXPECT_EQ(eng.read(eng.rt().buffer<std::int32_t>("expand.page_table", s),
-                       rows * static_cast<std::size_t>(s + 2)),
-              tables[static_cast<std::size_t>(s)])
+    EXPECT_EQ(
+        eng.read(eng.rt().buffers().expand_page_table(s), rows * static_cast<std::size_t>(s + 2)),
+        tables[static_cast<std::size_t>(s)])
         << "step " << s;
-    EXPECT_EQ(eng.rt().read_guards()[static_cast<std::size_t>(guard_index_expand(s))].violations,
-              0);
+    EXPECT_EQ(
+        eng.rt().read_guards()[static_cast<std::size_t>(plan_layout::guard_expand(s))].violations,
+        0);
   }
 }
 
@@ -280,8 +278,8 @@ TEST_P(Runtime, BadRoundInputIsRejectedBeforeAnythingIsWritten) {
   const host_round good = eng.random_round(rng, 7);
   eng.rt().stage(good.inputs());
   const auto snapshot = [&] {
-    return std::make_pair(eng.read(eng.rt().buffer<std::int32_t>("input.real_batch"), 1 + 2 * 12),
-                          eng.read(eng.rt().buffer<std::int64_t>("input.out_cache_loc"), 12 * 12));
+    return std::make_pair(eng.read(eng.rt().buffers().real_batch(), 1 + 2 * 12),
+                          eng.read(eng.rt().buffers().out_cache_loc(), 12 * 12));
   };
   const auto before = snapshot();
   auto expect_rejected = [&](host_round r, const std::string& field, const std::string& detail) {
@@ -296,10 +294,10 @@ TEST_P(Runtime, BadRoundInputIsRejectedBeforeAnythingIsWritten) {
         << "a rejected round wrote into the static inputs (" << field << ")";
   };
   host_round r = eng.random_round(rng, 13);
-  expect_rejected(r, "batch", "13 is outside [1, max_batch 12]");
+  expect_rejected(r, "batch", "13 exceeds max_batch 12");
   r = good;
   r.batch = 0;
-  expect_rejected(r, "batch", "0 is outside");
+  expect_rejected(r, "batch", "0 is below the minimum 1");
   r = good;
   r.seq_len[3] = 0;
   expect_rejected(r, "seq_len[3]", "0 is outside [1, max_context_len 64]");
@@ -354,15 +352,15 @@ TEST_P(Runtime, StagingFromDeviceMemoryEqualsStagingFromHost) {
     eng.rt().run_round(4);
     expect_replay_matches(eng, run_eager(eng.rt().plan(), eng.req_to_token(), r, 4), 4);
     const std::size_t bucket = static_cast<std::size_t>(eng.rt().staged_bucket());
-    const auto seq_back = eng.read(eng.rt().buffer<std::int32_t>("input.seq_len"), bucket);
+    const auto seq_back = eng.read(eng.rt().buffers().seq_len(), bucket);
     for (std::size_t p = static_cast<std::size_t>(r.batch); p < bucket; ++p)
       EXPECT_EQ(seq_back[p], 1);
     if (HasFailure()) return;
   }
   device_round_inputs bad;
   bad.batch = 13;
-  bad.req_pool_index = bad.seq_len = eng.rt().buffer<std::int32_t>("input.seq_len");
-  bad.out_cache_loc = eng.rt().buffer<std::int64_t>("input.out_cache_loc");
+  bad.req_pool_index = bad.seq_len = eng.rt().buffers().seq_len();
+  bad.out_cache_loc = eng.rt().buffers().out_cache_loc();
   EXPECT_THROW(eng.rt().stage_device(bad), invalid_argument);
 }
 
@@ -450,8 +448,7 @@ TEST_P(Runtime, EagerStepsEqualReplayedSteps) {
     auto snapshot = [&] {
       std::vector<std::vector<std::int64_t>> out;
       for (std::int32_t s = 0; s < 4; ++s) out.push_back(eng.read(eng.probe_out(s), rows));
-      const auto prefix =
-          eng.read(eng.rt().buffer<std::int32_t>("prefix.page_table"), rows / 3 * 16);
+      const auto prefix = eng.read(eng.rt().buffers().prefix_page_table(), rows / 3 * 16);
       out.emplace_back(prefix.begin(), prefix.end());
       return out;
     };
@@ -592,7 +589,9 @@ TEST_P(Runtime, ForwardStagesSparseIndicesInsideTheGraph) {
     ex->copy_to_device(v.sparse.slash_count_in, scount.data(), 16);
     eng.rt().stage(eng.random_round(rng, 4).inputs());
     eng.rt().run_round(2);
-    ASSERT_EQ(eng.rt().read_guards()[static_cast<std::size_t>(guard_index_sparse(c, 0))].violations,
+    ASSERT_EQ(eng.rt()
+                  .read_guards()[static_cast<std::size_t>(eng.rt().plan().layout.guard_sparse(0))]
+                  .violations,
               0);
     const std::vector<std::int32_t> sizes{4, 4, 4, 4};
     for (const sparse_stage& st : last) {
@@ -635,13 +634,61 @@ class faulty_executor final : public forwarding_executor {
  public:
   using forwarding_executor::forwarding_executor;
   bool fail_next_graph_launch = false;
+  int fail_launches_during_capture = 0;  // a cuda_error code, 0 = none
   void launch_graph(graph_exec& e) override {
     if (fail_next_graph_launch) {
       throw cuda_error(700, "cudaGraphLaunch failed: cudaErrorIllegalAddress (injected)");
     }
     forwarding_executor::launch_graph(e);
   }
+  void launch(const kernel_launch& k) override {
+    if (fail_launches_during_capture != 0 && capturing()) {
+      throw cuda_error(
+          fail_launches_during_capture,
+          "launch failed with injected error " + std::to_string(fail_launches_during_capture));
+    }
+    forwarding_executor::launch(k);
+  }
 };
+
+// A CUDA error during capture that is not a capture error (e.g. a sticky illegal address) is
+// not "capture failed, runtime usable": it stays a cuda_error and the runtime refuses further
+// work. A capture error (900-908: the capture was invalidated) is a capture_failed and leaves it
+// usable.
+TEST_P(Runtime, ACudaErrorDuringCaptureIsRethrownAndTheRuntimeRefuses) {
+  std::mt19937_64 rng(test_seed());
+  {
+    faulty_executor faulty(make_executor(GetParam()));
+    sim_engine eng(faulty, small_config(4), rng);
+    faulty.fail_launches_during_capture = 901;  // cudaErrorStreamCaptureInvalidated
+    EXPECT_THROW(eng.rt().capture(), capture_failed);
+    faulty.fail_launches_during_capture = 0;
+    EXPECT_NO_THROW(eng.rt().capture());
+  }
+  faulty_executor faulty(std::move(ex));
+  sim_engine eng(faulty, small_config(4), rng);
+  faulty.fail_launches_during_capture = 700;  // cudaErrorIllegalAddress
+  try {
+    eng.rt().capture();
+    ADD_FAILURE() << "expected cuda_error";
+  } catch (const capture_failed& e) {
+    ADD_FAILURE() << "a sticky CUDA error must not look recoverable: " << e.what();
+  } catch (const cuda_error& e) {
+    EXPECT_EQ(e.code(), 700);
+  }
+  EXPECT_FALSE(faulty.capturing()) << "the capture must have been ended";
+  faulty.fail_launches_during_capture = 0;
+  try {
+    eng.rt().stage(eng.random_round(rng, 3).inputs());
+    ADD_FAILURE() << "the runtime must refuse further work";
+  } catch (const cuda_error&) {
+    ADD_FAILURE() << "refusal must not look like a new CUDA error";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("refuses to continue after a CUDA error"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 TEST_P(Runtime, RefusesFurtherWorkAfterACudaError) {
   std::mt19937_64 rng(test_seed());

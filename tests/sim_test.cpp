@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "json.hpp"
-#include "run_command.hpp"
-#include "sim/sim_engine.hpp"
-#include "sim/sim_kernels.hpp"
 #include "specgraph/error.hpp"
-#include "test_support.hpp"
+#include "tests/test_support.hpp"
+#include "tools/json.hpp"
+#include "tools/run_command.hpp"
+#include "tools/sim/sim_engine.hpp"
+#include "tools/sim/sim_kernels.hpp"
 
 namespace specgraph::testing {
 namespace {
@@ -99,9 +99,8 @@ TEST_P(SimEngine, ZeroPrefixPagesAndPageCrossingBranchesVerify) {
     draft_runtime& rt = engine.runtime();
     std::vector<std::int32_t> prefix(static_cast<std::size_t>(batch)),
         seqlen(static_cast<std::size_t>(batch) * 3);
-    ex->copy_to_host(prefix.data(), rt.buffer<std::int32_t>("prefix.seqlen"), prefix.size() * 4);
-    ex->copy_to_host(seqlen.data(), rt.buffer<std::int32_t>("expand.cache_seqlen", 5),
-                     seqlen.size() * 4);
+    ex->copy_to_host(prefix.data(), rt.buffers().prefix_seqlen(), prefix.size() * 4);
+    ex->copy_to_host(seqlen.data(), rt.buffers().expand_cache_seqlen(5), seqlen.size() * 4);
     for (const std::int32_t p : prefix) zero_prefix = zero_prefix || p == 0;
     for (const std::int32_t n : seqlen) crossing = crossing || n > 8;
   }

@@ -9,7 +9,7 @@
 
 #include "specgraph/error.hpp"
 #include "specgraph/metadata.hpp"
-#include "test_support.hpp"
+#include "tests/test_support.hpp"
 
 namespace specgraph::testing {
 namespace {

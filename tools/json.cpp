@@ -1,4 +1,4 @@
-#include "json.hpp"
+#include "tools/json.hpp"
 
 #include <cctype>
 #include <cmath>

@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
-#include "metadata_command.hpp"
-#include "plan_command.hpp"
-#include "run_command.hpp"
+#include "tools/metadata_command.hpp"
+#include "tools/plan_command.hpp"
+#include "tools/run_command.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "metadata_command.hpp"
+#include "tools/metadata_command.hpp"
 
 #include <cstdint>
 #include <istream>
@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "expand_page_table.hpp"
-#include "json.hpp"
+#include "kernels/expand_page_table.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/metadata.hpp"
+#include "tools/json.hpp"
 
 namespace specgraph::tools {
 namespace {

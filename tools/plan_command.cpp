@@ -1,4 +1,4 @@
-#include "plan_command.hpp"
+#include "tools/plan_command.hpp"
 
 #include <cerrno>
 #include <cstdlib>

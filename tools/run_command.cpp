@@ -1,4 +1,4 @@
-#include "run_command.hpp"
+#include "tools/run_command.hpp"
 
 #include <unistd.h>
 
@@ -14,10 +14,10 @@
 #include <sstream>
 #include <string>
 
-#include "json.hpp"
-#include "sim/sim_engine.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
+#include "tools/json.hpp"
+#include "tools/sim/sim_engine.hpp"
 
 namespace specgraph::tools {
 namespace {

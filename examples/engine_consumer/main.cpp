@@ -53,8 +53,7 @@ int main() {
                    step1.size() * sizeof(std::int32_t));
   const std::vector<std::int32_t> want{20, 21, 0, 30, 31, 0};
   std::vector<std::int32_t> prefix(4);
-  ex->copy_to_host(prefix.data(), rt.buffer<std::int32_t>("prefix.page_table"),
-                   4 * sizeof(std::int32_t));
+  ex->copy_to_host(prefix.data(), rt.buffers().prefix_page_table(), 4 * sizeof(std::int32_t));
   if (step1 != want || prefix[0] != 9 || prefix[1] != 0) {
     std::fprintf(stderr, "engine_consumer: unexpected tables\n");
     return 1;

@@ -10,10 +10,14 @@
 #define SPECGRAPH_HD inline
 #endif
 
-// Forward declaration of the CUDA stream type, so public headers need not include
-// <cuda_runtime.h>. cudaStream_t is `CUstream_st*` in every CUDA runtime.
+// Forward declarations of the CUDA stream and event types, so public headers need not include
+// <cuda_runtime.h>. cudaStream_t is `CUstream_st*` and cudaEvent_t is `CUevent_st*` in every
+// CUDA runtime.
 struct CUstream_st;
+struct CUevent_st;
 
 namespace specgraph {
 using device_stream = CUstream_st*;
+// A cudaEvent_t on the cuda executor; on the host executor an opaque handle it created.
+using device_event = CUevent_st*;
 }  // namespace specgraph

@@ -1,16 +1,22 @@
 // The backend seam: one runtime, two executors.
 //
-//   "cuda": real device memory, a non-blocking stream, stream capture in thread-local mode,
-//           cudaGraphInstantiateWithParams (with upload), cudaGraphExecUpdate, cudaGraphLaunch.
+//   "cuda": real device memory and a stream: a non-blocking stream of its own, or the engine's
+//           stream (non-owning); stream capture, cudaGraphInstantiateWithParams (with upload),
+//           cudaGraphExecUpdate, cudaGraphLaunch; kernels launched with cudaLaunchKernelEx and
+//           checked by their own return value.
 //   "host": an honest emulation for machines without a GPU. "Device" memory is host memory;
 //           launching a kernel runs the same host+device row function in a loop; capture records
-//           launches and copies, replay runs them in order. Whatever real stream capture forbids
-//           (allocating, synchronising, copying device memory to the host) throws
-//           specgraph::capture_violation in host mode too, so CPU-green tests do not hide capture
-//           bugs.
+//           launches, copies and fills, replay runs them in order. Whatever real stream capture
+//           forbids (allocating, freeing, synchronising, reading device memory back, copying from
+//           host memory) throws specgraph::capture_violation in host mode too, so CPU-green tests
+//           do not hide capture bugs. With host_executor_options::deferred, work enqueued outside
+//           capture is queued and runs only when the host waits for it (synchronize, an event
+//           wait, a read-back), so what CUDA runs asynchronously is asynchronous here too.
 //
 // Unless stated otherwise, every member enqueues on the executor's one stream, does not
-// synchronise, and may be called during capture. An executor is not thread-safe.
+// synchronise, and may be called during capture. An executor is not thread-safe. The cuda
+// executor makes its device current for the duration of each call (and restores the caller's),
+// so an engine thread whose current device differs cannot enqueue on a mismatched stream.
 #pragma once
 
 #include <cstddef>
@@ -24,12 +30,13 @@
 
 namespace specgraph {
 
-// A captured, not yet instantiated graph. Move-only; owned through unique_ptr.
+// A captured, not yet instantiated graph. Owned through unique_ptr.
 class graph {
  public:
   virtual ~graph() = default;
   virtual std::size_t node_count() const = 0;
-  // Writes a Graphviz description (cudaGraphDebugDotPrint on CUDA; the launch list on host).
+  // Writes a Graphviz description (cudaGraphDebugDotPrint on CUDA; the node list on host).
+  // Throws specgraph::error when the file cannot be written.
   virtual void write_dot(const std::string& path) const = 0;
 
  protected:
@@ -51,11 +58,14 @@ class graph_exec {
 
 // Counters an engine (and the tests) use to prove the replay path is clean.
 struct executor_counters {
-  std::int64_t allocations = 0;  // allocate() calls that succeeded
-  std::int64_t synchronizations = 0;
-  std::int64_t kernel_launches = 0;  // eager launches (not recorded into a graph)
+  std::int64_t allocations = 0;         // allocate() calls that succeeded
+  std::int64_t frees = 0;               // deallocate()/release() of non-null pointers
+  std::int64_t pinned_allocations = 0;  // allocate_pinned() calls that succeeded
+  std::int64_t synchronizations = 0;    // synchronize() calls
+  std::int64_t event_waits = 0;         // synchronize_event() calls that found the event incomplete
+  std::int64_t kernel_launches = 0;     // eager launches (not recorded into a graph)
   std::int64_t graph_launches = 0;
-  std::int64_t copies_to_device = 0;
+  std::int64_t copies_to_device = 0;  // copy_to_device and copy_from_pinned
   std::int64_t copies_to_host = 0;
 };
 
@@ -69,15 +79,29 @@ class executor {
   // The stream work is enqueued on; null on the host executor.
   virtual device_stream stream() const noexcept = 0;
 
+  // ---- memory ---------------------------------------------------------------------------
   // Allocates `bytes` of executor memory (256-byte aligned). Synchronous; forbidden during
   // capture (capture_violation).
-  virtual void* allocate(std::size_t bytes) = 0;
-  virtual void deallocate(void* p) noexcept = 0;
+  [[nodiscard]] virtual void* allocate(std::size_t bytes) = 0;
+  // Frees executor memory. Forbidden during capture (cudaFree synchronises the device).
+  virtual void deallocate(void* p) = 0;
+  // For destructors: frees now, or, during capture, once the capture has ended. Never throws.
+  virtual void release(void* p) noexcept = 0;
+  // Page-locked host memory (cudaHostAlloc), the source copy_from_pinned needs. Synchronous;
+  // forbidden during capture.
+  [[nodiscard]] virtual void* allocate_pinned(std::size_t bytes) = 0;
+  virtual void deallocate_pinned(void* p) noexcept = 0;
 
+  // ---- copies -----------------------------------------------------------------------------
   // Host -> executor memory, stream-ordered; the source may be reused as soon as the call
-  // returns. Forbidden during capture (a graph would bake in the host address and read pageable
-  // memory at replay): stage inputs before replaying, or copy_on_device from a static buffer.
+  // returns (it is staged first, which may block the host until the stream reaches the copy
+  // on CUDA: use copy_from_pinned where that matters). Forbidden during capture (a graph would
+  // bake in the host address).
   virtual void copy_to_device(void* dst, const void* src, std::size_t bytes) = 0;
+  // Pinned host memory (allocate_pinned) -> executor memory, truly asynchronous: the source is
+  // read when the copy runs, so it must not change until an event recorded after this call has
+  // completed. Never blocks the host. Forbidden during capture.
+  virtual void copy_from_pinned(void* dst, const void* pinned_src, std::size_t bytes) = 0;
   // Executor -> executor memory, stream-ordered.
   virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
   // Executor memory -> host. Synchronises the stream; forbidden during capture.
@@ -86,34 +110,56 @@ class executor {
   virtual void fill_bytes(void* dst, unsigned char value, std::size_t bytes) = 0;
 
   // Enqueues (or, during capture, records) one row kernel. The launch shape (rows) and params are
-  // fixed at this point, exactly as in a captured CUDA graph.
+  // fixed at this point, exactly as in a captured CUDA graph. Throws cuda_error when the launch
+  // itself fails (its own return value; an error left by someone else is not read).
   virtual void launch(const kernel_launch& k) = 0;
+
+  // ---- events (ordering with the engine's other streams) -----------------------------------
+  // Creates / destroys an event owned by the caller. Not during capture.
+  [[nodiscard]] virtual device_event create_event() = 0;
+  virtual void destroy_event(device_event e) noexcept = 0;
+  // Records `e` at the current end of the stream. During capture it becomes an external event
+  // record node (the event fires at each replay).
+  virtual void record_event(device_event e) = 0;
+  // Later work on the stream waits for `e` (recorded on any stream, e.g. the engine's). During
+  // capture it becomes an external event wait node. Never blocks the host.
+  virtual void wait_event(device_event e) = 0;
+  // Whether the work before the last record of `e` has finished. Forbidden during capture.
+  [[nodiscard]] virtual bool event_complete(device_event e) = 0;
+  // Blocks the host until `e` has completed (counted in event_waits when it had not).
+  // Forbidden during capture.
+  virtual void synchronize_event(device_event e) = 0;
 
   // Runs `enqueue` (which only enqueues work on this executor's stream) and returns how long
   // that work took on the device, in seconds: CUDA events around it on the cuda executor,
-  // wall-clock time on the host executor (where the work runs inline). Synchronises; not during
-  // capture. For benchmarks and reports.
+  // wall-clock time on the host executor. Synchronises; not during capture.
   virtual double time_device(const std::function<void()>& enqueue) = 0;
 
   // Waits for all enqueued work. Forbidden during capture.
   virtual void synchronize() = 0;
 
-  // Capture. begin_capture starts recording the stream's work; end_capture returns it as a
-  // graph. abort_capture ends a capture whose body failed and leaves the stream usable.
+  // ---- capture ----------------------------------------------------------------------------
+  // begin_capture starts recording the stream's work (thread-local mode on CUDA); end_capture
+  // returns it as a graph. abort_capture ends a capture whose body failed and leaves the stream
+  // usable.
   virtual void begin_capture() = 0;
-  virtual std::unique_ptr<graph> end_capture() = 0;
+  [[nodiscard]] virtual std::unique_ptr<graph> end_capture() = 0;
   virtual void abort_capture() noexcept = 0;
+  // Whether the stream is being captured: by this executor's begin_capture, or (cuda) by anyone
+  // else capturing the same stream, e.g. the engine's torch.cuda.graph.
   virtual bool capturing() const noexcept = 0;
 
   // Instantiates (and uploads) a graph. Synchronous host work; forbidden during capture.
-  virtual std::unique_ptr<graph_exec> instantiate(const graph& g) = 0;
+  [[nodiscard]] virtual std::unique_ptr<graph_exec> instantiate(const graph& g) = 0;
   // Updates `exec` in place to run `g` (cudaGraphExecUpdate). Returns false when the topology
-  // differs and the caller must instantiate instead; `exec` is then unchanged.
-  virtual bool update(graph_exec& exec, const graph& g) = 0;
+  // differs and the caller must instantiate instead; `exec` is then unchanged and no CUDA error
+  // is left behind.
+  [[nodiscard]] virtual bool update(graph_exec& exec, const graph& g) = 0;
   // Uploads an instantiated graph's resources to the device ahead of its first launch
   // (cudaGraphUpload; instantiate() already uploads once). Stream-ordered; not during capture.
   virtual void upload(graph_exec& exec) = 0;
-  // Launches an instantiated graph on the stream. Never allocates or synchronises.
+  // Launches an instantiated graph on the stream. Never allocates or synchronises. Not during
+  // capture.
   virtual void launch_graph(graph_exec& exec) = 0;
 
   const executor_counters& counters() const noexcept { return counters_; }
@@ -123,20 +169,33 @@ class executor {
   executor_counters counters_;
 };
 
-// The host executor; always available.
-std::unique_ptr<executor> make_host_executor();
+struct host_executor_options {
+  // Queue eager work and run it only when the host waits (synchronize, synchronize_event,
+  // event_complete never runs it, copy_to_host): an emulation of an asynchronous device.
+  bool deferred = false;
+};
 
-// Whether a CUDA device is usable here (built with CUDA and cudaGetDeviceCount > 0). Probed once.
+// The host executor; always available.
+std::unique_ptr<executor> make_host_executor(const host_executor_options& options = {});
+
+// Whether a CUDA device is usable here (built with CUDA, cudaGetDeviceCount > 0 and the device's
+// compute capability among those compiled in). Probed once.
 bool cuda_available() noexcept;
-// Why not, for skip messages ("built without CUDA", "cudaErrorInsufficientDriver", ...).
+// Why not, for skip messages ("built without CUDA", "cudaErrorInsufficientDriver",
+// "built for sm_90 only, device is sm_86", ...). Empty when available.
 std::string cuda_unavailable_reason();
-// The cuda executor on the current device; throws specgraph::unavailable when there is none.
+// The cuda executor on the current device with a non-blocking stream of its own. Throws
+// specgraph::unavailable when there is none.
 std::unique_ptr<executor> make_cuda_executor();
+// A cuda executor over the engine's stream (non-owning: the stream must outlive it). It pins
+// the stream's device (cudaStreamGetDevice; the current device for the legacy stream).
+std::unique_ptr<executor> make_cuda_executor(device_stream engine_stream);
 
 // "host", "cuda" or "auto" (cuda when available, else host). Throws invalid_argument otherwise.
 std::unique_ptr<executor> make_executor(const std::string& kind);
 
-// RAII owner of one executor allocation. Move-only; never throws from its destructor.
+// RAII owner of one executor allocation. Move-only; never throws from its destructor (during a
+// capture the free is deferred until the capture ends, see executor::release).
 class device_buffer {
  public:
   device_buffer() = default;
@@ -171,7 +230,78 @@ class device_buffer {
 
  private:
   void reset() noexcept {
-    if (data_ != nullptr) ex_->deallocate(data_);
+    if (data_ != nullptr) ex_->release(data_);
+    data_ = nullptr;
+  }
+  executor* ex_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// RAII owner of one executor event. Move-only.
+class event_handle {
+ public:
+  event_handle() = default;
+  explicit event_handle(executor& ex) : ex_(&ex), e_(ex.create_event()) {}
+  ~event_handle() { reset(); }
+  event_handle(event_handle&& o) noexcept : ex_(o.ex_), e_(o.e_) { o.e_ = nullptr; }
+  event_handle& operator=(event_handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ex_ = o.ex_;
+      e_ = o.e_;
+      o.e_ = nullptr;
+    }
+    return *this;
+  }
+  event_handle(const event_handle&) = delete;
+  event_handle& operator=(const event_handle&) = delete;
+  device_event get() const noexcept { return e_; }
+
+ private:
+  void reset() noexcept {
+    if (e_ != nullptr) ex_->destroy_event(e_);
+    e_ = nullptr;
+  }
+  executor* ex_ = nullptr;
+  device_event e_ = nullptr;
+};
+
+// RAII owner of pinned host memory. Move-only.
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  pinned_buffer(executor& ex, std::size_t bytes) : ex_(&ex), bytes_(bytes) {
+    data_ = bytes == 0 ? nullptr : ex.allocate_pinned(bytes);
+  }
+  ~pinned_buffer() { reset(); }
+  pinned_buffer(pinned_buffer&& o) noexcept : ex_(o.ex_), data_(o.data_), bytes_(o.bytes_) {
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ex_ = o.ex_;
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      o.data_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  void* data() const noexcept { return data_; }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(data_);
+  }
+  std::size_t size() const noexcept { return bytes_; }
+
+ private:
+  void reset() noexcept {
+    if (data_ != nullptr) ex_->deallocate_pinned(data_);
     data_ = nullptr;
   }
   executor* ex_ = nullptr;

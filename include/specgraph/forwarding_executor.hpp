@@ -19,9 +19,15 @@ class forwarding_executor : public executor {
   const char* name() const noexcept override { return inner_->name(); }
   device_stream stream() const noexcept override { return inner_->stream(); }
   void* allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
-  void deallocate(void* p) noexcept override { inner_->deallocate(p); }
+  void deallocate(void* p) override { inner_->deallocate(p); }
+  void release(void* p) noexcept override { inner_->release(p); }
+  void* allocate_pinned(std::size_t bytes) override { return inner_->allocate_pinned(bytes); }
+  void deallocate_pinned(void* p) noexcept override { inner_->deallocate_pinned(p); }
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
     inner_->copy_to_device(dst, src, bytes);
+  }
+  void copy_from_pinned(void* dst, const void* src, std::size_t bytes) override {
+    inner_->copy_from_pinned(dst, src, bytes);
   }
   void copy_on_device(void* dst, const void* src, std::size_t bytes) override {
     inner_->copy_on_device(dst, src, bytes);
@@ -33,6 +39,12 @@ class forwarding_executor : public executor {
     inner_->fill_bytes(dst, value, bytes);
   }
   void launch(const kernel_launch& k) override { inner_->launch(k); }
+  device_event create_event() override { return inner_->create_event(); }
+  void destroy_event(device_event e) noexcept override { inner_->destroy_event(e); }
+  void record_event(device_event e) override { inner_->record_event(e); }
+  void wait_event(device_event e) override { inner_->wait_event(e); }
+  bool event_complete(device_event e) override { return inner_->event_complete(e); }
+  void synchronize_event(device_event e) override { inner_->synchronize_event(e); }
   double time_device(const std::function<void()>& enqueue) override {
     return inner_->time_device(enqueue);
   }

@@ -17,6 +17,7 @@ enum class kernel_id : std::int32_t {
   prefix_metadata = 2,
   sparse_fallback = 3,
   sparse_stage = 4,
+  stage_inputs = 5,
 };
 
 enum class violation_kind : std::int32_t {

@@ -1,8 +1,17 @@
 // Planning: every static buffer a draft round touches, sized exactly, in one arena.
 //
-// plan() runs on the host, allocates nothing and may be called at any time. The runtime carves
-// its single arena allocation by the plan's byte offsets and never reallocates it while graphs
-// exist, so every pointer baked into a captured graph stays valid.
+// make_plan() runs on the host, allocates nothing and may be called at any time. It produces
+// (a) a typed layout: the byte offset of every buffer as a field, per step for per-step buffers
+// and per stage kind for the sparse ones, which is all the operations and drivers use, and
+// (b) the same buffers as a named list for reports (report_text, report_json). The arena is
+// `total_bytes` bytes at an `arena_alignment`-aligned base: memory specgraph allocates
+// (draft_runtime) or memory the engine supplies (draft_buffers over a pointer, e.g. a tensor in
+// its graph memory pool). Every offset is fixed for the plan's lifetime, so every pointer baked
+// into a captured graph stays valid while the arena does.
+//
+// Ranges (docs/metadata.md section 8): every field below is checked by validate() against the
+// limits in limits.hpp, chosen so that every product and sum the plan and the kernels compute
+// fits the type it is computed in.
 #pragma once
 
 #include <cstddef>
@@ -11,14 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "specgraph/limits.hpp"
+
 namespace specgraph {
 
-// Dual-chunk sparse attention settings (draft-metadata.md section 6).
+// Dual-chunk sparse attention settings (docs/metadata.md section 6).
 struct sparse_config {
-  std::int32_t heads = 0;
-  std::vector<std::int32_t> vertical_size;  // per head
-  std::vector<std::int32_t> slash_size;     // per head
-  std::int32_t max_keys = 0;                // the longest key range a stage sees (K)
+  std::int32_t heads = 0;                   // [1, limits::max_heads]
+  std::vector<std::int32_t> vertical_size;  // per head, [0, limits::max_sparse_size]
+  std::vector<std::int32_t> slash_size;     // per head, [0, limits::max_sparse_size]
+  std::int32_t max_keys = 0;                // the longest key range a stage sees, [1, max_keys]
 };
 
 struct draft_config {
@@ -28,8 +39,11 @@ struct draft_config {
   std::int32_t page_size = 0;        // KV page size (tokens)
   std::int32_t max_context_len = 0;  // columns of req_to_token
   std::int32_t pool_rows = 0;        // rows of req_to_token (request pool)
-  std::int64_t kv_slots = 0;         // KV pool size in slots; every slot id must be < kv_slots
-  // Batch-size buckets, strictly increasing; empty = default_buckets(max_batch).
+  // KV pool size in slots; every slot id must be < kv_slots, and every page id
+  // (kv_slots - 1) / page_size must fit the int32 page tables.
+  std::int64_t kv_slots = 0;
+  // Batch-size buckets, strictly increasing, each <= max_batch, the last == max_batch;
+  // empty = default_buckets(max_batch).
   std::vector<std::int32_t> buckets;
   std::optional<sparse_config> sparse;
   // Checked mode: after each round the guard words are read back (a synchronisation) and any
@@ -43,10 +57,11 @@ struct draft_config {
 
 // The common speculative-decoding bucket list: 1..8, 10..32 step 2, 40..64 step 4, 72..256
 // step 8, then step 16; values above max_batch dropped and max_batch itself appended when it is
-// not in the list, so every batch 1..max_batch has a bucket.
+// not in the list, so every batch 1..max_batch has a bucket. max_batch in [1, limits::max_batch].
 std::vector<std::int32_t> default_buckets(std::int32_t max_batch);
 
-// Throws invalid_argument naming the field ("topk", "buckets[3]", "sparse.vertical_size[1]").
+// Throws invalid_argument naming the field ("topk", "buckets[3]", "sparse.vertical_size[1]"),
+// its value and the limit.
 void validate(const draft_config& c);
 
 enum class dtype { int32, int64, guard };
@@ -67,6 +82,51 @@ struct buffer_spec {
   std::size_t alignment = arena_alignment;
 };
 
+// Stage kinds of dual-chunk sparse attention, in guard and layout order.
+inline constexpr std::int32_t sparse_stage_kinds = 3;  // intra, succ, inter
+
+// The typed layout: byte offsets into the arena, and the widths the kernels need. What the
+// operations use after planning; no name is looked up on any path after make_plan().
+struct plan_layout {
+  // Static inputs, written per round by staging. The first three are packed back to back
+  // (4-byte aligned) so host staging copies them with one transfer.
+  std::size_t real_batch = 0;          // int32[1]
+  std::size_t req_pool_index = 0;      // int32[max_bucket]
+  std::size_t seq_len = 0;             // int32[max_bucket]
+  std::size_t small_inputs_bytes = 0;  // real_batch .. end of seq_len
+  std::size_t out_cache_loc = 0;       // int64[max_bucket][topk][num_steps]
+  // Step-invariant prefix metadata (computed once per round).
+  std::size_t last_page_len = 0;      // int32[max_bucket]
+  std::size_t prefix_seqlen = 0;      // int32[max_bucket]
+  std::size_t prefix_page_table = 0;  // int32[max_bucket][prefix_capacity]
+  std::int32_t prefix_capacity = 0;   // ceil(max_context_len / page_size), also the row stride
+  std::size_t cu_seqlens_q = 0;       // int32[max_bucket + 1]
+  // Per step s: expand page table int32[max_rows][s + 2] and cache_seqlen int32[max_rows].
+  std::vector<std::size_t> expand_page_table;    // [num_steps]
+  std::vector<std::size_t> expand_cache_seqlen;  // [num_steps]
+  // Sparse (all zero without a sparse config).
+  struct sparse_inputs {
+    std::size_t vertical = 0, vertical_count = 0, vertical_size = 0;  // [heads][stride], [heads]
+    std::size_t slash = 0, slash_count = 0, slash_size = 0;
+    std::int32_t vertical_stride = 0, slash_stride = 0;
+  } sparse_in;
+  struct sparse_stage_buffers {
+    std::size_t vertical = 0, vertical_count = 0;  // int32[heads][vertical_capacity], [heads]
+    std::size_t slash = 0, slash_count = 0;        // int32[heads][slash_capacity], [heads]
+    std::int32_t vertical_capacity = 0, slash_capacity = 0;
+  } sparse_stage[sparse_stage_kinds];
+  // Guard words: one per launch site (see the guard_* indices below).
+  std::size_t guards = 0;
+  std::int32_t guard_count = 0;
+
+  // Guard word indices: staging, prefix, expand step s, sparse stage kind k.
+  static constexpr std::int32_t guard_stage = 0;
+  static constexpr std::int32_t guard_prefix = 1;
+  static constexpr std::int32_t guard_expand(std::int32_t step) { return 2 + step; }
+  std::int32_t guard_sparse(std::int32_t kind) const { return 2 + num_steps + kind; }
+  std::int32_t num_steps = 0;
+};
+
 // What the same configuration costs when sized the way engines size it today: the prefix page
 // table max_context_len columns wide and one copy per step; expand tables num_steps wide.
 struct engine_sizing {
@@ -77,33 +137,29 @@ struct engine_sizing {
 
 struct plan {
   draft_config config;               // validated, with buckets filled in
-  std::vector<buffer_spec> buffers;  // in arena order
+  plan_layout layout;                // typed offsets (what the operations use)
+  std::vector<buffer_spec> buffers;  // the same buffers by name, in arena order (reports)
   std::size_t total_bytes = 0;
   engine_sizing today;  // the comparison sizing
   std::size_t our_prefix_table_bytes = 0;
   std::size_t our_expand_table_bytes = 0;
 
   std::int32_t max_bucket() const { return config.buckets.back(); }
-  // The buffer named `name` for `step` (all_steps for step-invariant ones); throws when absent.
-  const buffer_spec& find(const std::string& name, std::int32_t step = all_steps) const;
+  std::int32_t max_rows() const { return max_bucket() * config.topk; }
   // The smallest bucket >= batch; throws invalid_argument for batch < 1 or > the largest bucket.
   std::int32_t bucket_for(std::int32_t batch) const;
+  // Whether `bucket` is one of the planned buckets.
+  bool has_bucket(std::int32_t bucket) const;
 
+  // For reports and tests only (a name search): the buffer named `name` for `step`
+  // (all_steps for step-invariant ones); throws specgraph::error when absent.
+  const buffer_spec& find(const std::string& name, std::int32_t step = all_steps) const;
   std::string report_text() const;  // a table: buffer, step, shape, dtype, capacity, offset, bytes
   std::string report_json() const;
 };
 
+// Validates and plans. Throws invalid_argument naming the field when the configuration is out of
+// range or its arena would exceed limits::max_arena_bytes.
 plan make_plan(const draft_config& config);
-
-// Guard words in the "guards" buffer: one per launch site.
-inline std::int32_t guard_index_prefix() {
-  return 0;
-}
-inline std::int32_t guard_index_expand(std::int32_t step) {
-  return 1 + step;
-}
-inline std::int32_t guard_index_sparse(const draft_config& c, std::int32_t stage_kind) {
-  return 1 + c.num_steps + stage_kind;
-}
 
 }  // namespace specgraph

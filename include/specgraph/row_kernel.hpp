@@ -17,7 +17,9 @@
 namespace specgraph {
 
 using host_rows_fn = void (*)(const void* params, std::int64_t rows);
-using cuda_rows_fn = void (*)(const void* params, std::int64_t rows, device_stream stream);
+// Enqueues the CUDA trampoline and returns the launch's own status (a cudaError_t as int, 0 on
+// success); it never reads or clears an error left by earlier calls.
+using cuda_rows_fn = int (*)(const void* params, std::int64_t rows, device_stream stream);
 
 // A type-erased launch: what an executor needs to run or record one kernel.
 struct kernel_launch {

@@ -20,12 +20,18 @@ __global__ void __launch_bounds__(row_kernel_block)
   if (row < rows) K::run_row(p, row);
 }
 
+// Launched with cudaLaunchKernelEx, whose return value is this launch's status: an error left
+// behind by someone else (cudaGetLastError) is neither read nor blamed on the kernel.
 template <class K>
-void cuda_rows(const void* params, std::int64_t rows, device_stream stream) {
-  if (rows <= 0) return;
-  const auto blocks = static_cast<unsigned>((rows + row_kernel_block - 1) / row_kernel_block);
-  row_trampoline<K><<<blocks, row_kernel_block, 0, stream>>>(
-      *static_cast<const typename K::params*>(params), rows);
+int cuda_rows(const void* params, std::int64_t rows, device_stream stream) {
+  if (rows <= 0) return 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((rows + row_kernel_block - 1) / row_kernel_block));
+  config.blockDim = dim3(row_kernel_block);
+  config.stream = stream;
+  const cudaError_t e = cudaLaunchKernelEx(&config, row_trampoline<K>,
+                                           *static_cast<const typename K::params*>(params), rows);
+  return static_cast<int>(e);
 }
 
 }  // namespace specgraph

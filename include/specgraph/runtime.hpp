@@ -1,21 +1,23 @@
-// The draft runtime: what an engine links in.
+// draft_runtime: the C++ driver for engines that let specgraph own capture and replay. It is
+// built on the same pieces an engine can compose itself (plan.hpp, buffers.hpp, ops.hpp):
 //
-//   draft_runtime rt(executor, config, {req_to_token});   // plan + one arena allocation
+//   draft_runtime rt(executor, config, {req_to_token});   // plan + arena (or the caller's)
 //   rt.set_forward([&](const step_view& v) { ... engine kernels on v.ex ... });
 //   rt.capture();                 // graph(B, s) for every bucket B (largest first) and step s
 //   per round:
 //     rt.stage(inputs);           // copy + pad into the static inputs of the smallest bucket >= bs
 //     rt.run_round(depth);        // replay steps 0..depth-1 (or rt.replay(s) one at a time)
 //
-// graph(B, s) = [step-s metadata kernels reading the static inputs] + [forward(s)]. The
-// step-invariant prefix metadata (and the guard reset) is part of graph(B, 0) only, so it runs
-// once per round; steps must therefore be replayed in order 0, 1, ... after each stage().
+// graph(B, s) = [setup_round (step 0 only)] + [step_metadata(s)] + [forward(s)]. The
+// step-invariant prefix metadata and the guard reset run in graph(B, 0) only, so steps are
+// replayed in order 0, 1, ... after each stage().
 //
 // Slice-before-scatter: graph(B, s) reads only the first d = s + 1 slots of each out_cache_loc
 // row, into a page table d + 1 columns wide, so no input can make it write past a row.
 //
-// Threading: one runtime per executor; not thread-safe. Streams: everything is enqueued on the
-// executor's stream.
+// Streams: everything is enqueued on the executor's stream; give it the engine's stream with
+// make_cuda_executor(stream) and the graphs are captured on, and replayed on, that stream.
+// Threading: one runtime per executor; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -24,102 +26,19 @@
 #include <string>
 #include <vector>
 
+#include "specgraph/buffers.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/metadata.hpp"
+#include "specgraph/ops.hpp"
 #include "specgraph/plan.hpp"
 
 namespace specgraph {
 
-// The sparse index buffers of the plan (all null when the config has no sparse settings).
-struct sparse_view {
-  std::int32_t heads = 0;
-  std::int32_t* vertical_in = nullptr;  // [heads][vertical_in_stride]: the engine's selection
-  std::int32_t vertical_in_stride = 0;
-  std::int32_t* vertical_count_in = nullptr;  // [heads]
-  std::int32_t* vertical_size = nullptr;      // [heads], filled from the config by the runtime
-  std::int32_t* slash_in = nullptr;
-  std::int32_t slash_in_stride = 0;
-  std::int32_t* slash_count_in = nullptr;
-  std::int32_t* slash_size = nullptr;
-  struct stage_buffers {
-    std::int32_t* vertical = nullptr;  // [heads][vertical_capacity]
-    std::int32_t vertical_capacity = 0;
-    std::int32_t* vertical_count = nullptr;
-    std::int32_t* slash = nullptr;  // [heads][slash_capacity]
-    std::int32_t slash_capacity = 0;
-    std::int32_t* slash_count = nullptr;
-    guard_word* guard = nullptr;
-  } stages[3];  // indexed by stage_kind
-
-  bool enabled() const { return heads > 0; }
-  // Params for launch_sparse_stage() staging `stage` from the input buffers into the
-  // stage-kind's buffers.
-  sparse_stage_params params(const sparse_stage& stage) const;
-};
-
-// What a forward sees for graph(bucket, step). Every pointer is into the runtime's arena and
-// stays valid for the runtime's lifetime; every table comes with its capacity.
-struct step_view {
-  executor* ex = nullptr;
-  device_stream stream = nullptr;  // the executor's stream (null on the host executor)
-  std::int32_t bucket = 0;
-  std::int32_t step = 0;
-  std::int32_t decode_length = 0;  // step + 1
-  std::int32_t topk = 0;
-  std::int32_t page_size = 0;
-  std::int32_t rows = 0;  // bucket * topk query rows (padded rows included)
-
-  // Static inputs (padded to the bucket by stage()).
-  const std::int32_t* req_pool_index = nullptr;  // [bucket]
-  const std::int32_t* seq_len = nullptr;         // [bucket]
-  const std::int64_t* out_cache_loc = nullptr;   // [bucket*topk][cache_loc_stride]
-  std::int64_t cache_loc_stride = 0;             // num_steps
-  const std::int32_t* real_batch = nullptr;      // [1] the staged real batch
-
-  // Step-invariant prefix metadata (computed in step 0 of the round).
-  const std::int32_t* last_page_len = nullptr;      // [bucket]
-  const std::int32_t* prefix_seqlen = nullptr;      // [bucket]
-  const std::int32_t* prefix_page_table = nullptr;  // [bucket][prefix_stride]
-  std::int64_t prefix_stride = 0;
-  std::int32_t prefix_capacity = 0;            // ceil(max_context_len / page_size)
-  const std::int32_t* cu_seqlens_q = nullptr;  // [bucket + 1]
-
-  // This step's expand metadata.
-  const std::int32_t* expand_page_table = nullptr;    // [rows][expand_capacity]
-  std::int32_t expand_capacity = 0;                   // d + 1
-  const std::int32_t* expand_cache_seqlen = nullptr;  // [rows]
-
-  sparse_view sparse;
-};
-
-// Host memory describing one draft round; copied by stage().
-struct round_inputs {
-  std::int32_t batch = 0;                        // real requests, 1..max_batch
-  const std::int32_t* req_pool_index = nullptr;  // [batch]
-  const std::int32_t* seq_len = nullptr;         // [batch]
-  const std::int64_t* out_cache_loc = nullptr;   // [batch][topk][num_steps]
-};
-
-// The same round in executor memory (what an engine already holds on the GPU); staged by
-// stage_device() without passing through the host.
-struct device_round_inputs {
-  std::int32_t batch = 0;                        // real requests, 1..max_batch
-  const std::int32_t* req_pool_index = nullptr;  // [batch], executor memory
-  const std::int32_t* seq_len = nullptr;         // [batch], executor memory
-  const std::int64_t* out_cache_loc = nullptr;   // [batch][topk][num_steps], executor memory
-};
-
-// The engine tables the metadata kernels read (executor memory, owned by the engine; must stay
-// at the same address for the runtime's lifetime: the graphs bake the pointer in).
-struct engine_tables {
-  const std::int32_t* req_to_token = nullptr;  // [pool_rows][max_context_len]
-};
-
 struct graph_timing {
   std::int32_t bucket = 0;
-  std::int32_t step = 0;
+  std::int32_t step = 0;  // all_steps for a whole-round graph
   std::size_t nodes = 0;
   double capture_seconds = 0;
   double instantiate_seconds = 0;  // instantiate or update
@@ -134,7 +53,9 @@ struct capture_report {
   std::vector<graph_timing> per_graph;  // in capture order (largest bucket first)
 };
 
-// Capture of graph(bucket, step) failed; the runtime stays usable (capture again after fixing).
+// Capture of graph(bucket, step) failed because the forward threw or did something capture
+// forbids; the runtime stays usable (capture again after fixing). A CUDA error that is not a
+// capture error is rethrown as cuda_error instead, and the runtime then refuses further work.
 class capture_failed : public error {
  public:
   capture_failed(std::int32_t bucket, std::int32_t step, const std::string& what)
@@ -149,44 +70,55 @@ class capture_failed : public error {
 class draft_runtime {
  public:
   using forward_fn = std::function<void(const step_view&)>;
+  // Pinned host staging slots behind stage(): a slot is rewritten only after the copies that
+  // read it have completed, so stage() waits for the device only when all are in flight.
+  static constexpr std::int32_t staging_slots = 3;
 
-  // Plans and allocates the arena (one executor allocation). Not capture-safe (allocates).
+  // Plans, allocates the arena (one executor allocation) and the pinned staging ring, and
+  // initialises the arena (initialize_buffers). Synchronises once; not capture-safe.
   draft_runtime(executor& ex, const draft_config& config, engine_tables tables);
+  // The same over caller memory: `arena` holds make_plan(config).total_bytes bytes,
+  // arena_alignment-aligned, and outlives the runtime (e.g. a tensor in the engine's graph
+  // memory pool). Nothing outside [arena, arena + total_bytes) is ever written.
+  draft_runtime(executor& ex, const draft_config& config, engine_tables tables, void* arena);
   ~draft_runtime();
   draft_runtime(const draft_runtime&) = delete;
   draft_runtime& operator=(const draft_runtime&) = delete;
 
-  const specgraph::plan& plan() const noexcept { return plan_; }
+  const specgraph::plan& plan() const noexcept { return *plan_; }
+  const draft_buffers& buffers() const noexcept { return buffers_; }
   executor& exec() noexcept { return *ex_; }
 
   // The engine's forward for every step, or for one step (overrides the all-steps one). Called
-  // during capture() only, once per (bucket, step), with the executor capturing.
+  // during capture() (and run_eager()) only, once per (bucket, step), with the executor
+  // capturing; it must enqueue on v.ex / v.stream only.
   void set_forward(forward_fn f);
   void set_forward(std::int32_t step, forward_fn f);
 
-  // Captures graph(B, s) for every bucket (largest first) and step. Called again, it re-captures
-  // and updates the existing graph execs in place where the topology allows. Synchronous host
-  // work; throws capture_failed naming (bucket, step) when the forward throws or does something
-  // capture forbids, leaving the runtime usable.
-  // `progress(done, total)`, when given, is called after each graph (for progress bars).
+  // Captures graph(B, s) for every bucket (largest first) and step, and with
+  // config.round_graphs a whole-round graph per bucket. Called again, it re-captures and updates
+  // the existing graph execs in place where the topology allows. Synchronous host work; throws
+  // capture_failed naming (bucket, step) when the forward throws or does something capture
+  // forbids, leaving the runtime usable. `progress(done, total)` is called after each graph.
   capture_report capture(const std::function<void(int, int)>& progress = {});
   bool captured() const noexcept { return captured_; }
-  // Captures graph(bucket, step) and returns it without instantiating (capture() does both for
-  // every pair); step = all_steps captures the whole-round graph. For inspection and benchmarks;
-  // throws capture_failed like capture().
-  std::unique_ptr<graph> capture_graph(std::int32_t bucket, std::int32_t step);
+  // Captures graph(bucket, step) and returns it without instantiating; step = all_steps
+  // captures the whole-round graph. For inspection and benchmarks; throws like capture().
+  [[nodiscard]] std::unique_ptr<graph> capture_graph(std::int32_t bucket, std::int32_t step);
 
-  // Copies one round's inputs into the static inputs of the smallest bucket >= batch and resets
-  // the padded rows (seq_len 1, req_pool_index 0, every slot 0). Validates everything first and
-  // throws invalid_argument naming the field before anything is written. Enqueues two copies;
-  // does not synchronise or allocate.
+  // Copies one round's host inputs into the static inputs of the smallest bucket >= batch and
+  // resets the padded rows (seq_len 1, req_pool_index 0, every slot 0). Validates everything
+  // first (int32 or int64 indices, no silent narrowing) and throws invalid_argument naming the
+  // field before anything is written. The inputs go through a pinned staging slot: two truly
+  // asynchronous copies; waits for the device only when every slot is still in flight (counted
+  // in executor_counters::event_waits). Does not allocate; the inputs may be reused on return.
+  // Not during capture.
   void stage(const round_inputs& in);
-  // The same from executor memory: three stream-ordered device copies, the real batch, and a
-  // kernel that resets the padded rows. No synchronisation, no host read of the inputs, so their
-  // contents cannot be checked before they are written: the metadata kernels check them instead
-  // (a pool row, seq_len or slot out of range leaves that row unwritten and records a bad_input
-  // guard violation, raised by check_guards() / run_round() in checked mode). The batch and the
-  // pointers are checked on the host first.
+  // The same from executor memory (stage_round in ops.hpp): one kernel, ordered after
+  // in.wait_for and recording in.done. No synchronisation, no host read of the inputs: their
+  // contents are checked by the kernels (an out-of-range value leaves its row unwritten and
+  // records a bad_input guard violation, raised by check_guards() / run_round() in checked
+  // mode). Capture-safe, but normally called before replaying.
   void stage_device(const device_round_inputs& in);
   std::int32_t staged_bucket() const noexcept { return bucket_; }
   std::int32_t staged_batch() const noexcept { return batch_; }
@@ -194,9 +126,9 @@ class draft_runtime {
   // Launches graph(staged bucket, step). Steps run in order after each stage(): step 0, then
   // 1, ... (step 0 may be replayed again to restart the round). Never allocates or synchronises.
   void replay(std::int32_t step);
-  // Runs the same work as replay(step) without a graph: the step's metadata kernels and the
-  // forward launched one by one on the stream (for graph-vs-eager comparisons and debugging).
-  // Same ordering rules as replay(); never allocates or synchronises.
+  // Runs the same work as replay(step) without a graph: the ops and the forward launched one
+  // by one on the stream (graph-vs-eager comparisons, debugging). Same ordering rules as
+  // replay(); never allocates or synchronises.
   void run_eager(std::int32_t step);
   // Replays steps 0..depth-1 (depth may be below num_steps: adaptive speculation): one launch of
   // the whole-round graph when config.round_graphs and depth == num_steps, else one launch per
@@ -204,25 +136,21 @@ class draft_runtime {
   // guard_violation on any.
   void run_round(std::int32_t depth);
 
-  // Synchronises and reads the guard words back (one per launch site). Not during capture.
-  std::vector<guard_word> read_guards();
+  // Synchronises and reads the guard words back (plan_layout::guard_count). Not during capture.
+  [[nodiscard]] std::vector<guard_word> read_guards();
   // Throws guard_violation naming buffer, step, bucket and row when any guard word is set.
   void check_guards();
 
-  // The view a forward gets for graph(bucket, step); also useful to read results in tests.
+  // The view a forward gets for graph(bucket, step), with ex and stream set.
   step_view view(std::int32_t bucket, std::int32_t step) const;
-  // Typed pointer to a plan buffer inside the arena.
-  template <class T>
-  T* buffer(const std::string& name, std::int32_t step = all_steps) const {
-    return reinterpret_cast<T*>(arena_base() + plan_.find(name, step).offset);
-  }
 
   // Writes one Graphviz file per captured graph into `directory` (bucket<B>_step<s>.dot).
   void write_dot(const std::string& directory) const;
 
  private:
   struct graph_slot;
-  unsigned char* arena_base() const noexcept;
+  struct staging_slot;
+  void init(void* caller_arena);
   void record_graph_body(std::int32_t bucket, std::int32_t step);
   void check_replay_step(std::int32_t step) const;
   graph_slot& slot(std::size_t bucket_index, std::int32_t step) const;  // all_steps: round
@@ -230,35 +158,24 @@ class draft_runtime {
   template <class F>
   void guarding_cuda(F&& body);
   void set_staged(std::int32_t batch, std::int32_t bucket);
-  // The checks stage() and stage_device() share; returns the round's bucket.
-  std::int32_t check_round(std::int32_t batch, const void* req_pool_index, const void* seq_len,
-                           const void* out_cache_loc) const;
+  void fill_staging_slot(staging_slot& s, const round_inputs& in, std::int32_t bucket) const;
 
   executor* ex_;
-  specgraph::plan plan_;
+  std::unique_ptr<const specgraph::plan> plan_;  // stable address: buffers_ points at it
   engine_tables tables_;
-  device_buffer arena_;
+  device_buffer owned_arena_;  // empty over caller memory
+  draft_buffers buffers_;
   std::vector<forward_fn> forwards_;  // [num_steps]
   forward_fn forward_all_;
   std::vector<std::unique_ptr<graph_slot>> graphs_;  // [bucket index][step, then round]
+  std::vector<std::unique_ptr<staging_slot>> staging_;
+  std::size_t next_staging_ = 0;
   bool captured_ = false;
   std::int32_t bucket_ = 0;
   std::int32_t bucket_index_ = -1;
   std::int32_t batch_ = 0;
   std::int32_t next_step_ = 0;
-  std::string failure_;  // set after a CUDA error: no more replays
-  // Arena pointers used every round, resolved once (plan::find is a name search).
-  struct {
-    std::int32_t* real_batch = nullptr;
-    std::int32_t* req_pool_index = nullptr;
-    std::int32_t* seq_len = nullptr;
-    std::int64_t* out_cache_loc = nullptr;
-    guard_word* guards = nullptr;
-    std::size_t guard_bytes = 0;
-  } hot_;
-  // Host staging, sized by the plan once: [real_batch][req_pool_index][seq_len] and cache_loc.
-  std::vector<std::int32_t> staging_small_;
-  std::vector<std::int64_t> staging_cache_loc_;
+  std::string failure_;  // set after a CUDA error: no more work
   std::vector<const void*> nvtx_capture_, nvtx_replay_;
   const void* nvtx_stage_ = nullptr;
   const void* nvtx_round_ = nullptr;

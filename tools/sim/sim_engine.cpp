@@ -1,4 +1,4 @@
-#include "sim_engine.hpp"
+#include "tools/sim/sim_engine.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,8 +8,8 @@
 #include <sstream>
 #include <utility>
 
-#include "sim_kernels.hpp"
 #include "specgraph/error.hpp"
+#include "tools/sim/sim_kernels.hpp"
 
 namespace specgraph::sim {
 namespace {
@@ -326,8 +326,8 @@ void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t 
       for (std::int32_t r = 0; r < batch; ++r) {
         if (seq_len[static_cast<std::size_t>(r)] < ps) continue;
         const std::int32_t wrong = static_cast<std::int32_t>(branch_pages.front());
-        m.ex->copy_to_device(m.rt->buffer<std::int32_t>("prefix.page_table") + r * v0.prefix_stride,
-                             &wrong, sizeof wrong);
+        m.ex->copy_to_device(m.rt->buffers().prefix_page_table() + r * v0.prefix_stride, &wrong,
+                             sizeof wrong);
         break;
       }
     }

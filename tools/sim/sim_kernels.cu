@@ -1,5 +1,5 @@
-#include "sim_kernels.hpp"
 #include "specgraph/row_kernel_cuda.cuh"
+#include "tools/sim/sim_kernels.hpp"
 
 namespace specgraph::sim {
 sim_cuda_launchers sim_cuda() {

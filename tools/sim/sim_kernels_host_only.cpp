@@ -1,4 +1,4 @@
-#include "sim_kernels.hpp"
+#include "tools/sim/sim_kernels.hpp"
 
 namespace specgraph::sim {
 sim_cuda_launchers sim_cuda() {

@@ -1,5 +1,5 @@
-#include "engine_probe.hpp"
 #include "specgraph/row_kernel_cuda.cuh"
+#include "testing/engine_probe.hpp"
 
 namespace specgraph::testing {
 cuda_rows_fn engine_probe_cuda() {

@@ -10,7 +10,7 @@ namespace detail {
 std::string where(const char* file, int line) {
   std::string f(file);
   // Keep messages short and stable: the path relative to the source tree's top folders.
-  for (const char* top : {"include/", "kernels/", "runtime/", "graphs/", "tools/"}) {
+  for (const char* top : {"include/", "kernels/", "device/", "graphs/", "tools/", "python/"}) {
     const auto pos = f.rfind(top);
     if (pos != std::string::npos) {
       f = f.substr(pos);
@@ -20,11 +20,34 @@ std::string where(const char* file, int line) {
   return f + ":" + std::to_string(line);
 }
 
-void throw_invalid(const char* /*file*/, int /*line*/, const std::string& field,
-                   const std::string& what) {
-  // The field name locates the problem for the caller; the check's own file:line would point at
-  // a shared validation helper and only add noise.
-  throw invalid_argument(field, field + ": " + what);
+namespace {
+
+// One line, printable ASCII only: a message may echo engine-supplied text (a flag value, a JSON
+// key), which must not break a log line or a terminal.
+std::string printable(const std::string& text) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      out += c;
+    } else {
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void throw_invalid(const char* file, int line, const std::string& field, const std::string& what) {
+  // The message names the field and the limit; the location (the caller of the shared
+  // validation helper) is kept beside it for whoever debugs specgraph itself.
+  const std::string safe_field = printable(field);
+  throw invalid_argument(safe_field, safe_field + ": " + printable(what), where(file, line));
 }
 
 }  // namespace detail
@@ -36,6 +59,7 @@ const char* to_string(kernel_id k) noexcept {
     case kernel_id::prefix_metadata: return "prefix_metadata";
     case kernel_id::sparse_fallback: return "sparse_fallback";
     case kernel_id::sparse_stage: return "sparse_stage";
+    case kernel_id::stage_inputs: return "stage_inputs";
   }
   return "unknown";
 }

@@ -1,4 +1,4 @@
-#include "nvtx.hpp"
+#include "device/nvtx.hpp"
 
 #if defined(SPECGRAPH_HAS_NVTX)
 #include <nvtx3/nvToolsExt.h>

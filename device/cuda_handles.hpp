@@ -1,13 +1,16 @@
 // Internal: move-only RAII owners of CUDA runtime handles (stream, event, graph, graph exec).
-// Destructors never throw: a failing destroy is ignored, the handle is gone either way.
+// Destructors never throw: the handle is gone either way. A failing destroy means a bug (a
+// double destroy, a handle of a dead context) and is asserted in debug builds; at process exit
+// the runtime may already be unloading, which is not a bug.
 // Include only from files compiled with the CUDA headers.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cassert>
 #include <utility>
 
-#include "cuda_check.hpp"
+#include "device/cuda_check.hpp"
 
 namespace specgraph::detail {
 
@@ -31,7 +34,11 @@ class unique_handle {
   Handle get() const noexcept { return h_; }
   explicit operator bool() const noexcept { return h_ != nullptr; }
   void reset() noexcept {
-    if (h_ != nullptr) (void)Destroy(h_);
+    if (h_ != nullptr) {
+      const cudaError_t e = Destroy(h_);
+      assert(e == cudaSuccess || e == cudaErrorCudartUnloading);
+      (void)e;
+    }
     h_ = nullptr;
   }
 

@@ -1,4 +1,4 @@
-#include "engine_probe.hpp"
+#include "testing/engine_probe.hpp"
 
 namespace specgraph::testing {
 cuda_rows_fn engine_probe_cuda() {

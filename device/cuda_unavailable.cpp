@@ -1,4 +1,4 @@
-// Built instead of cuda_executor.cpp when SPECGRAPH_ENABLE_CUDA is off.
+// Built instead of the cuda executor when SPECGRAPH_ENABLE_CUDA is off.
 #include <memory>
 #include <string>
 
@@ -14,6 +14,9 @@ std::string cuda_unavailable_reason() {
   return "specgraph was built without CUDA";
 }
 std::unique_ptr<executor> make_cuda_executor() {
+  throw unavailable("cuda executor unavailable: specgraph was built without CUDA");
+}
+std::unique_ptr<executor> make_cuda_executor(device_stream) {
   throw unavailable("cuda executor unavailable: specgraph was built without CUDA");
 }
 

@@ -1,0 +1,113 @@
+// draft_buffers: typed views of a plan's arena (pointer arithmetic over plan_layout).
+#include "specgraph/buffers.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include "device/checks.hpp"
+#include "specgraph/error.hpp"
+
+namespace specgraph {
+
+sparse_stage_params sparse_view::params(const sparse_stage& stage) const {
+  const stage_buffers& out = stages[static_cast<int>(stage.kind)];
+  sparse_stage_params p;
+  p.vertical = vertical_in;
+  p.vertical_stride = vertical_in_stride;
+  p.vertical_count = vertical_count_in;
+  p.vertical_size = vertical_size;
+  p.slash = slash_in;
+  p.slash_stride = slash_in_stride;
+  p.slash_count = slash_count_in;
+  p.slash_size = slash_size;
+  p.heads = heads;
+  p.stage = stage;
+  p.out_vertical = out.vertical;
+  p.vertical_capacity = out.vertical_capacity;
+  p.out_vertical_count = out.vertical_count;
+  p.out_slash = out.slash;
+  p.slash_capacity = out.slash_capacity;
+  p.out_slash_count = out.slash_count;
+  p.guard = out.guard;
+  return p;
+}
+
+draft_buffers::draft_buffers(const specgraph::plan& p, void* base)
+    : plan_(&p), base_(static_cast<unsigned char*>(base)) {
+  detail::not_null("arena", base);
+  const auto address = reinterpret_cast<std::uintptr_t>(base);  // NOLINT: alignment check
+  SPECGRAPH_EXPECTS(address % arena_alignment == 0, "arena",
+                    "base address is not " + std::to_string(arena_alignment) +
+                        "-byte aligned (offset " + std::to_string(address % arena_alignment) + ")");
+}
+
+std::int32_t* draft_buffers::expand_page_table(std::int32_t step) const {
+  detail::in_range("step", step, 0, plan_->config.num_steps, "num_steps");
+  return at<std::int32_t>(layout().expand_page_table[static_cast<std::size_t>(step)]);
+}
+
+std::int32_t* draft_buffers::expand_cache_seqlen(std::int32_t step) const {
+  detail::in_range("step", step, 0, plan_->config.num_steps, "num_steps");
+  return at<std::int32_t>(layout().expand_cache_seqlen[static_cast<std::size_t>(step)]);
+}
+
+sparse_view draft_buffers::sparse() const {
+  sparse_view s;
+  const draft_config& c = plan_->config;
+  if (!c.sparse) return s;
+  const plan_layout& l = layout();
+  s.heads = c.sparse->heads;
+  s.vertical_in = at<std::int32_t>(l.sparse_in.vertical);
+  s.vertical_in_stride = l.sparse_in.vertical_stride;
+  s.vertical_count_in = at<std::int32_t>(l.sparse_in.vertical_count);
+  s.vertical_size = at<std::int32_t>(l.sparse_in.vertical_size);
+  s.slash_in = at<std::int32_t>(l.sparse_in.slash);
+  s.slash_in_stride = l.sparse_in.slash_stride;
+  s.slash_count_in = at<std::int32_t>(l.sparse_in.slash_count);
+  s.slash_size = at<std::int32_t>(l.sparse_in.slash_size);
+  for (std::int32_t k = 0; k < sparse_stage_kinds; ++k) {
+    const auto& in = l.sparse_stage[k];
+    auto& out = s.stages[k];
+    out.vertical = at<std::int32_t>(in.vertical);
+    out.vertical_capacity = in.vertical_capacity;
+    out.vertical_count = at<std::int32_t>(in.vertical_count);
+    out.slash = at<std::int32_t>(in.slash);
+    out.slash_capacity = in.slash_capacity;
+    out.slash_count = at<std::int32_t>(in.slash_count);
+    out.guard = guards() + l.guard_sparse(k);
+  }
+  return s;
+}
+
+step_view draft_buffers::view(std::int32_t bucket, std::int32_t step) const {
+  const draft_config& c = plan_->config;
+  detail::in_range("step", step, 0, c.num_steps, "num_steps");
+  SPECGRAPH_EXPECTS(plan_->has_bucket(bucket), "bucket",
+                    std::to_string(bucket) + " is not one of the planned buckets");
+  const plan_layout& l = layout();
+  step_view v;
+  v.bucket = bucket;
+  v.step = step;
+  v.decode_length = step + 1;
+  v.topk = c.topk;
+  v.page_size = c.page_size;
+  v.rows = bucket * c.topk;  // <= limits::max_rows
+  v.req_pool_index = req_pool_index();
+  v.seq_len = seq_len();
+  v.out_cache_loc = out_cache_loc();
+  v.cache_loc_stride = c.num_steps;
+  v.real_batch = real_batch();
+  v.last_page_len = last_page_len();
+  v.prefix_seqlen = prefix_seqlen();
+  v.prefix_page_table = prefix_page_table();
+  v.prefix_stride = l.prefix_capacity;
+  v.prefix_capacity = l.prefix_capacity;
+  v.cu_seqlens_q = cu_seqlens_q();
+  v.expand_page_table = at<std::int32_t>(l.expand_page_table[static_cast<std::size_t>(step)]);
+  v.expand_capacity = step + 2;
+  v.expand_cache_seqlen = at<std::int32_t>(l.expand_cache_seqlen[static_cast<std::size_t>(step)]);
+  v.sparse = sparse();
+  return v;
+}
+
+}  // namespace specgraph

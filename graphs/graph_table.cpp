@@ -1,0 +1,170 @@
+// draft_runtime's graph table: capture, update, replay and DOT files of graph(bucket, step).
+#include <string>
+#include <utility>
+
+#include "device/checks.hpp"
+#include "device/nvtx.hpp"
+#include "graphs/runtime_parts.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/ops.hpp"
+#include "specgraph/runtime.hpp"
+
+namespace specgraph {
+
+using detail::clock_type;
+using detail::seconds_since;
+
+draft_runtime::graph_slot& draft_runtime::slot(std::size_t bucket_index, std::int32_t step) const {
+  const auto per_bucket = static_cast<std::size_t>(plan_->config.num_steps + 1);
+  const auto s = static_cast<std::size_t>(step == all_steps ? plan_->config.num_steps : step);
+  return *graphs_[bucket_index * per_bucket + s];
+}
+
+// The work of graph(bucket, step): the round's setup in step 0, the step's metadata, then the
+// engine's forward. Recorded by capture, or launched directly by run_eager.
+void draft_runtime::record_graph_body(std::int32_t bucket, std::int32_t step) {
+  if (step == 0) setup_round(*ex_, buffers_, bucket, tables_);
+  step_metadata(*ex_, buffers_, bucket, step);
+  const forward_fn& f = forwards_[static_cast<std::size_t>(step)]
+                            ? forwards_[static_cast<std::size_t>(step)]
+                            : forward_all_;
+  if (f) f(view(bucket, step));
+}
+
+std::unique_ptr<graph> draft_runtime::capture_graph(std::int32_t bucket, std::int32_t step) {
+  ensure_usable();
+  const bool round = step == all_steps;
+  (void)buffers_.view(bucket, round ? 0 : step);  // validates bucket and step first
+  guarding_cuda([&] { ex_->begin_capture(); });
+  const std::string what = "capture of graph (bucket " + std::to_string(bucket) + ", " +
+                           (round ? std::string("whole round") : "step " + std::to_string(step)) +
+                           ") failed: ";
+  try {
+    if (round) {
+      for (std::int32_t s = 0; s < plan_->config.num_steps; ++s) record_graph_body(bucket, s);
+    } else {
+      record_graph_body(bucket, step);
+    }
+    return ex_->end_capture();
+  } catch (const cuda_error& e) {
+    ex_->abort_capture();
+    if (e.capture_related()) throw capture_failed(bucket, step, what + e.what());
+    // Anything else (an illegal address, a launch failure) may have broken the context: the
+    // runtime refuses further work, and the error stays a cuda_error.
+    failure_ = e.what();
+    throw;
+  } catch (const std::exception& e) {
+    ex_->abort_capture();
+    throw capture_failed(bucket, step, what + e.what());
+  }
+}
+
+capture_report draft_runtime::capture(const std::function<void(int, int)>& progress) {
+  ensure_usable();
+  const draft_config& c = plan_->config;
+  capture_report report;
+  const auto start = clock_type::now();
+  // Largest bucket first: the order engines use, so a memory pool shared across graphs is sized
+  // by the first (largest) capture.
+  const std::int32_t per_bucket = c.num_steps + (c.round_graphs ? 1 : 0);
+  const int total = static_cast<int>(c.buckets.size()) * per_bucket;
+  for (std::size_t bi = c.buckets.size(); bi-- > 0;) {
+    const std::int32_t bucket = c.buckets[bi];
+    for (std::int32_t i = 0; i < per_bucket; ++i) {
+      const std::int32_t s = i < c.num_steps ? i : all_steps;  // the round graph comes last
+      detail::nvtx_range r(
+          s == all_steps ? nvtx_capture_round_ : nvtx_capture_[static_cast<std::size_t>(s)], bucket,
+          static_cast<std::uint32_t>(i + 1));
+      graph_timing t;
+      t.bucket = bucket;
+      t.step = s;
+      const auto t0 = clock_type::now();
+      std::unique_ptr<graph> g = capture_graph(bucket, s);
+      t.capture_seconds = seconds_since(t0);
+      graph_slot& target = slot(bi, s);
+      const auto t1 = clock_type::now();
+      guarding_cuda([&] {
+        t.nodes = g->node_count();
+        if (target.exec && ex_->update(*target.exec, *g)) {
+          t.updated = true;
+          ++report.updated;
+        } else {
+          target.exec = ex_->instantiate(*g);
+          ++report.instantiated;
+        }
+      });
+      t.instantiate_seconds = seconds_since(t1);
+      target.captured = std::move(g);
+      report.per_graph.push_back(t);
+      ++report.graphs;
+      if (progress) progress(report.graphs, total);
+    }
+  }
+  report.total_seconds = seconds_since(start);
+  captured_ = true;
+  return report;
+}
+
+void draft_runtime::check_replay_step(std::int32_t step) const {
+  ensure_usable();
+  const draft_config& c = plan_->config;
+  if (bucket_ == 0) throw error("replay before stage(): no round inputs are staged");
+  detail::in_range("step", step, 0, c.num_steps, "num_steps");
+  SPECGRAPH_EXPECTS(
+      step == 0 || step == next_step_, "step",
+      std::to_string(step) + " replayed out of order: the next step of this round is " +
+          std::to_string(next_step_) + " (step 0 computes the round's prefix metadata)");
+}
+
+void draft_runtime::run_eager(std::int32_t step) {
+  check_replay_step(step);
+  guarding_cuda([&] { record_graph_body(bucket_, step); });
+  next_step_ = step + 1;
+}
+
+void draft_runtime::replay(std::int32_t step) {
+  ensure_usable();
+  if (!captured_) throw error("replay before capture(): no graphs exist yet");
+  check_replay_step(step);
+  detail::nvtx_range r(nvtx_replay_[static_cast<std::size_t>(step)], bucket_,
+                       static_cast<std::uint32_t>(step + 1));
+  graph_slot& target = slot(static_cast<std::size_t>(bucket_index_), step);
+  guarding_cuda([&] { ex_->launch_graph(*target.exec); });
+  next_step_ = step + 1;
+}
+
+void draft_runtime::run_round(std::int32_t depth) {
+  ensure_usable();
+  const draft_config& c = plan_->config;
+  detail::between("depth", depth, 1, c.num_steps, "num_steps");
+  {
+    detail::nvtx_range r(nvtx_round_, bucket_, static_cast<std::uint32_t>(depth));
+    if (c.round_graphs && depth == c.num_steps) {
+      if (!captured_) throw error("replay before capture(): no graphs exist yet");
+      check_replay_step(0);
+      detail::nvtx_range whole(nvtx_replay_round_, bucket_, static_cast<std::uint32_t>(depth));
+      graph_slot& target = slot(static_cast<std::size_t>(bucket_index_), all_steps);
+      guarding_cuda([&] { ex_->launch_graph(*target.exec); });
+      next_step_ = c.num_steps;
+    } else {
+      for (std::int32_t s = 0; s < depth; ++s) replay(s);
+    }
+  }
+  if (c.checked) check_guards();
+}
+
+void draft_runtime::write_dot(const std::string& directory) const {
+  const draft_config& c = plan_->config;
+  for (std::size_t bi = 0; bi < c.buckets.size(); ++bi) {
+    for (std::int32_t s = 0; s <= c.num_steps; ++s) {
+      const std::int32_t step = s < c.num_steps ? s : all_steps;
+      const graph_slot& g = slot(bi, step);
+      if (!g.captured) continue;
+      g.captured->write_dot(
+          directory + "/bucket" + std::to_string(c.buckets[bi]) +
+          (step == all_steps ? std::string("_round") : "_step" + std::to_string(s)) + ".dot");
+    }
+  }
+}
+
+}  // namespace specgraph

@@ -1,0 +1,170 @@
+// The capture-safe operations (ops.hpp): host checks, then kernels, memsets and device-to-device
+// copies on the executor's stream only.
+#include "specgraph/ops.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/checks.hpp"
+#include "kernels/builtin_kernels.hpp"
+#include "kernels/stage_inputs.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/executor.hpp"
+#include "specgraph/metadata.hpp"
+
+namespace specgraph {
+namespace {
+
+void check_bucket(const plan& p, std::int32_t bucket) {
+  SPECGRAPH_EXPECTS(p.has_bucket(bucket), "bucket",
+                    std::to_string(bucket) + " is not one of the planned buckets");
+}
+
+void check_index_type(const char* field, const index_array& a) {
+  detail::not_null(field, a.data);
+  SPECGRAPH_EXPECTS(
+      a.type == index_type::int32 || a.type == index_type::int64, field,
+      "index type " + std::to_string(static_cast<int>(a.type)) + " is not int32 or int64");
+}
+
+}  // namespace
+
+void initialize_buffers(executor& ex, const draft_buffers& b) {
+  const draft_config& c = b.plan().config;
+  ex.fill_bytes(b.base(), 0, b.bytes());
+  if (c.sparse) {
+    const sparse_view s = b.sparse();
+    ex.copy_to_device(s.vertical_size, c.sparse->vertical_size.data(),
+                      c.sparse->vertical_size.size() * sizeof(std::int32_t));
+    ex.copy_to_device(s.slash_size, c.sparse->slash_size.data(),
+                      c.sparse->slash_size.size() * sizeof(std::int32_t));
+  }
+}
+
+std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_round_inputs& in) {
+  const plan& p = b.plan();
+  const draft_config& c = p.config;
+  detail::between("batch", in.batch, 1, c.max_batch, "max_batch");
+  check_index_type("req_pool_index", in.req_pool_index);
+  check_index_type("seq_len", in.seq_len);
+  detail::not_null("out_cache_loc", in.out_cache_loc);
+  const std::int32_t bucket = p.bucket_for(in.batch);
+
+  kernels::stage_inputs_kernel::params k{};
+  k.req_pool_index_src = in.req_pool_index.data;
+  k.pool_index_is_int64 = in.req_pool_index.type == index_type::int64 ? 1 : 0;
+  k.seq_len_src = in.seq_len.data;
+  k.seq_len_is_int64 = in.seq_len.type == index_type::int64 ? 1 : 0;
+  k.cache_loc_src = in.out_cache_loc;
+  k.real_batch = b.real_batch();
+  k.req_pool_index = b.req_pool_index();
+  k.seq_len = b.seq_len();
+  k.out_cache_loc = b.out_cache_loc();
+  k.slots_per_request = static_cast<std::int64_t>(c.topk) * c.num_steps;  // <= 2^20
+  k.batch = in.batch;
+  k.bucket = bucket;
+  k.guard = b.guards() + plan_layout::guard_stage;
+  if (in.wait_for != nullptr) ex.wait_event(in.wait_for);
+  // The staging guard belongs to the staging: reset here (the round's setup resets the others).
+  ex.fill_bytes(k.guard, 0, sizeof(guard_word));
+  ex.launch(
+      make_kernel_launch<kernels::stage_inputs_kernel>(k, bucket, kernels::cuda_stage_inputs()));
+  if (in.done != nullptr) ex.record_event(in.done);
+  return bucket;
+}
+
+void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                 const engine_tables& tables) {
+  const plan& pl = b.plan();
+  const draft_config& c = pl.config;
+  check_bucket(pl, bucket);
+  detail::not_null("req_to_token", tables.req_to_token);
+  // Every guard but the staging one, which the round's staging reset and may have set.
+  ex.fill_bytes(b.guards() + plan_layout::guard_prefix, 0,
+                static_cast<std::size_t>(pl.layout.guard_count - plan_layout::guard_prefix) *
+                    sizeof(guard_word));
+  prefix_params p;
+  p.req_to_token = tables.req_to_token;
+  p.req_to_token_stride = c.max_context_len;
+  p.pool_rows = c.pool_rows;
+  p.req_pool_index = b.req_pool_index();
+  p.seq_len = b.seq_len();
+  p.batch = bucket;
+  p.topk = c.topk;
+  p.page_size = c.page_size;
+  p.last_page_len = b.last_page_len();
+  p.prefix_seqlen = b.prefix_seqlen();
+  p.page_table = b.prefix_page_table();
+  p.page_table_stride = pl.layout.prefix_capacity;
+  p.capacity = pl.layout.prefix_capacity;
+  p.cu_seqlens_q = b.cu_seqlens_q();
+  p.guard = b.guards() + plan_layout::guard_prefix;
+  p.slot_limit = c.kv_slots;
+  launch_prefix_metadata(ex, p);
+}
+
+void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step) {
+  const plan& pl = b.plan();
+  const draft_config& c = pl.config;
+  check_bucket(pl, bucket);
+  detail::in_range("step", step, 0, c.num_steps, "num_steps");
+  expand_params e;
+  e.cache_loc = b.out_cache_loc();
+  e.cache_loc_stride = c.num_steps;
+  e.slots_read = step + 1;  // slice-before-scatter: only the first d slots of each row
+  e.decode_length = step + 1;
+  e.last_page_len = b.last_page_len();
+  e.batch = bucket;
+  e.topk = c.topk;
+  e.page_size = c.page_size;
+  e.page_table = b.expand_page_table(step);
+  e.page_table_stride = step + 2;
+  e.capacity = step + 2;
+  e.cache_seqlen = b.expand_cache_seqlen(step);
+  e.guard = b.guards() + plan_layout::guard_expand(step);
+  e.slot_limit = c.kv_slots;
+  e.layout_check_batch = c.checked ? b.real_batch() : nullptr;
+  launch_expand_page_table(ex, e);
+}
+
+void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stage) {
+  SPECGRAPH_EXPECTS(b.plan().config.sparse.has_value(), "sparse",
+                    "the configuration has no sparse settings");
+  launch_sparse_stage(ex, b.sparse().params(stage));
+}
+
+std::vector<guard_word> read_guards(executor& ex, const draft_buffers& b) {
+  std::vector<guard_word> out(static_cast<std::size_t>(b.plan().layout.guard_count));
+  ex.copy_to_host(out.data(), b.guards(), out.size() * sizeof(guard_word));
+  return out;
+}
+
+guard_site guard_site_of(const plan& p, std::int32_t index) {
+  const plan_layout& l = p.layout;
+  if (index == plan_layout::guard_stage) return {"input (staging)", all_steps};
+  if (index == plan_layout::guard_prefix) return {"prefix.page_table", all_steps};
+  if (index >= plan_layout::guard_expand(0) && index < plan_layout::guard_expand(l.num_steps)) {
+    return {"expand.page_table", index - plan_layout::guard_expand(0)};
+  }
+  const char* kinds[sparse_stage_kinds] = {"intra", "succ", "inter"};
+  const std::int32_t k = index - l.guard_sparse(0);
+  if (k >= 0 && k < sparse_stage_kinds) return {std::string("sparse.") + kinds[k], all_steps};
+  return {"guard " + std::to_string(index), all_steps};
+}
+
+void raise_guard_violations(const plan& p, const std::vector<guard_word>& guards,
+                            std::int32_t bucket, const std::string& context) {
+  for (std::size_t i = 0; i < guards.size(); ++i) {
+    const guard_word& g = guards[i];
+    if (g.violations == 0) continue;
+    const guard_site site = guard_site_of(p, static_cast<std::int32_t>(i));
+    const std::string step =
+        site.step == all_steps ? std::string("all steps") : "step " + std::to_string(site.step);
+    throw guard_violation((context.empty() ? std::string() : context + ": ") + site.buffer + " (" +
+                          step + ", bucket " + std::to_string(bucket) + ", row " +
+                          std::to_string(g.row) + "): " + describe(g));
+  }
+}
+
+}  // namespace specgraph

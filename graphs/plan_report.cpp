@@ -1,0 +1,72 @@
+// The plan's reports: every buffer by name with its shape and offset, and today's engine sizing.
+#include <iomanip>
+#include <sstream>
+#include <string>
+
+#include "specgraph/plan.hpp"
+
+namespace specgraph {
+namespace {
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::string plan::report_text() const {
+  std::ostringstream s;
+  s << std::left << std::setw(28) << "buffer" << std::setw(6) << "step" << std::setw(18) << "shape"
+    << std::setw(12) << "dtype" << std::right << std::setw(10) << "capacity" << std::setw(12)
+    << "offset" << std::setw(12) << "bytes" << '\n';
+  for (const buffer_spec& b : buffers) {
+    s << std::left << std::setw(28) << b.name << std::setw(6)
+      << (b.step == all_steps ? std::string("all") : std::to_string(b.step)) << std::setw(18)
+      << shape_string(b.shape) << std::setw(12) << to_string(b.type) << std::right << std::setw(10)
+      << b.capacity << std::setw(12) << b.offset << std::setw(12) << b.bytes << '\n';
+  }
+  const double ratio = static_cast<double>(today.total_bytes) / static_cast<double>(total_bytes);
+  s << "arena: " << total_bytes << " bytes in one allocation (" << buffers.size() << " buffers, "
+    << config.buckets.size() << " buckets up to " << max_bucket() << ")\n"
+    << "prefix page table: " << our_prefix_table_bytes
+    << " bytes once; today's engine sizing: " << today.prefix_table_bytes
+    << " bytes (max_context_len wide, one per step)\n"
+    << "expand page tables: " << our_expand_table_bytes
+    << " bytes (d + 1 wide per step); today's engine sizing: " << today.expand_table_bytes
+    << " bytes (num_steps wide per step)\n"
+    << "total: " << total_bytes << " bytes vs " << today.total_bytes << " bytes today ("
+    << std::fixed << std::setprecision(2) << ratio << "x)\n";
+  return s.str();
+}
+
+std::string plan::report_json() const {
+  std::ostringstream s;
+  s << "{\"buffers\":[";
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const buffer_spec& b = buffers[i];
+    s << (i ? "," : "") << "{\"name\":\"" << b.name << "\",\"step\":";
+    if (b.step == all_steps) {
+      s << "\"all\"";
+    } else {
+      s << b.step;
+    }
+    s << ",\"shape\":[";
+    for (std::size_t d = 0; d < b.shape.size(); ++d) s << (d ? "," : "") << b.shape[d];
+    s << "],\"dtype\":\"" << to_string(b.type) << "\",\"capacity\":" << b.capacity
+      << ",\"offset\":" << b.offset << ",\"bytes\":" << b.bytes << ",\"alignment\":" << b.alignment
+      << '}';
+  }
+  s << "],\"buckets\":[";
+  for (std::size_t i = 0; i < config.buckets.size(); ++i) s << (i ? "," : "") << config.buckets[i];
+  const double ratio = static_cast<double>(today.total_bytes) / static_cast<double>(total_bytes);
+  s << "],\"total_bytes\":" << total_bytes << ",\"prefix_table_bytes\":" << our_prefix_table_bytes
+    << ",\"expand_table_bytes\":" << our_expand_table_bytes
+    << ",\"today\":{\"prefix_table_bytes\":" << today.prefix_table_bytes
+    << ",\"expand_table_bytes\":" << today.expand_table_bytes
+    << ",\"total_bytes\":" << today.total_bytes << "},\"ratio\":" << ratio << "}";
+  return s.str();
+}
+
+}  // namespace specgraph

@@ -1,0 +1,135 @@
+// Typed, non-owning views of a plan's buffers at a base address.
+//
+//   plan p = make_plan(cfg);
+//   draft_buffers b(p, arena);   // arena: p.total_bytes bytes, arena_alignment-aligned, owned by
+//                                // the caller (e.g. a tensor in the engine's graph memory pool)
+//   b.expand_page_table(2);      // int32[max_rows][4]
+//   b.view(bucket, step);        // everything a forward reads for graph(bucket, step)
+//
+// Everything here is pointer arithmetic over the plan's typed layout: no allocation, no name
+// lookup, no device access, so it may be called anywhere, during capture included. The plan
+// must outlive the view; the memory must stay at the same address while graphs that use it
+// exist.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "specgraph/config.hpp"
+#include "specgraph/guard.hpp"
+#include "specgraph/metadata.hpp"
+#include "specgraph/plan.hpp"
+
+namespace specgraph {
+
+class executor;
+
+// The sparse index buffers of the plan (all null when the config has no sparse settings).
+struct sparse_view {
+  std::int32_t heads = 0;
+  std::int32_t* vertical_in = nullptr;  // [heads][vertical_in_stride]: the engine's selection
+  std::int32_t vertical_in_stride = 0;
+  std::int32_t* vertical_count_in = nullptr;  // [heads]
+  std::int32_t* vertical_size = nullptr;      // [heads], from the config (initialize_buffers)
+  std::int32_t* slash_in = nullptr;
+  std::int32_t slash_in_stride = 0;
+  std::int32_t* slash_count_in = nullptr;
+  std::int32_t* slash_size = nullptr;
+  struct stage_buffers {
+    std::int32_t* vertical = nullptr;  // [heads][vertical_capacity]
+    std::int32_t vertical_capacity = 0;
+    std::int32_t* vertical_count = nullptr;
+    std::int32_t* slash = nullptr;  // [heads][slash_capacity]
+    std::int32_t slash_capacity = 0;
+    std::int32_t* slash_count = nullptr;
+    guard_word* guard = nullptr;
+  } stages[sparse_stage_kinds];  // indexed by stage_kind
+
+  bool enabled() const { return heads > 0; }
+  // Params for launch_sparse_stage() staging `stage` from the input buffers into the
+  // stage-kind's buffers.
+  sparse_stage_params params(const sparse_stage& stage) const;
+};
+
+// What a forward sees for graph(bucket, step). Every pointer is into the arena and stays valid
+// while it does; every table comes with its capacity.
+struct step_view {
+  executor* ex = nullptr;          // set by the driver that calls the forward (null otherwise)
+  device_stream stream = nullptr;  // that executor's stream (null on the host executor)
+  std::int32_t bucket = 0;
+  std::int32_t step = 0;
+  std::int32_t decode_length = 0;  // step + 1
+  std::int32_t topk = 0;
+  std::int32_t page_size = 0;
+  std::int32_t rows = 0;  // bucket * topk query rows (padded rows included)
+
+  // Static inputs (padded to the bucket by staging).
+  const std::int32_t* req_pool_index = nullptr;  // [bucket]
+  const std::int32_t* seq_len = nullptr;         // [bucket]
+  const std::int64_t* out_cache_loc = nullptr;   // [bucket*topk][cache_loc_stride]
+  std::int64_t cache_loc_stride = 0;             // num_steps
+  const std::int32_t* real_batch = nullptr;      // [1] the staged real batch
+
+  // Step-invariant prefix metadata (computed by the round's setup).
+  const std::int32_t* last_page_len = nullptr;      // [bucket]
+  const std::int32_t* prefix_seqlen = nullptr;      // [bucket]
+  const std::int32_t* prefix_page_table = nullptr;  // [bucket][prefix_stride]
+  std::int64_t prefix_stride = 0;
+  std::int32_t prefix_capacity = 0;            // ceil(max_context_len / page_size)
+  const std::int32_t* cu_seqlens_q = nullptr;  // [bucket + 1]
+
+  // This step's expand metadata.
+  const std::int32_t* expand_page_table = nullptr;    // [rows][expand_capacity]
+  std::int32_t expand_capacity = 0;                   // d + 1
+  const std::int32_t* expand_cache_seqlen = nullptr;  // [rows]
+
+  sparse_view sparse;
+};
+
+class draft_buffers {
+ public:
+  draft_buffers() = default;
+  // Throws invalid_argument ("arena") when base is null or not arena_alignment-aligned.
+  draft_buffers(const specgraph::plan& p, void* base);
+
+  const specgraph::plan& plan() const noexcept { return *plan_; }
+  unsigned char* base() const noexcept { return base_; }
+  std::size_t bytes() const noexcept { return plan_->total_bytes; }
+
+  // Static inputs.
+  std::int32_t* real_batch() const noexcept { return at<std::int32_t>(layout().real_batch); }
+  std::int32_t* req_pool_index() const noexcept {
+    return at<std::int32_t>(layout().req_pool_index);
+  }
+  std::int32_t* seq_len() const noexcept { return at<std::int32_t>(layout().seq_len); }
+  std::int64_t* out_cache_loc() const noexcept { return at<std::int64_t>(layout().out_cache_loc); }
+  // Prefix metadata.
+  std::int32_t* last_page_len() const noexcept { return at<std::int32_t>(layout().last_page_len); }
+  std::int32_t* prefix_seqlen() const noexcept { return at<std::int32_t>(layout().prefix_seqlen); }
+  std::int32_t* prefix_page_table() const noexcept {
+    return at<std::int32_t>(layout().prefix_page_table);
+  }
+  std::int32_t* cu_seqlens_q() const noexcept { return at<std::int32_t>(layout().cu_seqlens_q); }
+  // Step s's expand metadata; throws invalid_argument ("step") outside [0, num_steps).
+  std::int32_t* expand_page_table(std::int32_t step) const;
+  std::int32_t* expand_cache_seqlen(std::int32_t step) const;
+  // Guard words, plan_layout::guard_count of them.
+  guard_word* guards() const noexcept { return at<guard_word>(layout().guards); }
+
+  // Everything a forward reads for graph(bucket, step), with ex/stream null. Throws
+  // invalid_argument for a step outside [0, num_steps) or a bucket that is not planned.
+  step_view view(std::int32_t bucket, std::int32_t step) const;
+  sparse_view sparse() const;
+
+ private:
+  const plan_layout& layout() const noexcept { return plan_->layout; }
+  template <class T>
+  T* at(std::size_t offset) const noexcept {
+    return reinterpret_cast<T*>(base_ + offset);  // NOLINT: typed views of the arena
+  }
+
+  const specgraph::plan* plan_ = nullptr;
+  unsigned char* base_ = nullptr;
+};
+
+}  // namespace specgraph

@@ -1,0 +1,123 @@
+// Capture-safe operations over a plan's buffers: what an engine composes into its own capture.
+//
+// The engine owns its stream, its memory and its capture (torch.cuda.graph on its capture
+// stream, or its own cudaStreamBeginCapture). Each operation below takes the buffers, the bucket
+// (and step) and an executor whose stream is the engine's (make_cuda_executor(stream)), and only
+// enqueues kernels, memsets and device-to-device copies on that stream: no allocation, no
+// synchronisation, no read-back. So the same call runs eagerly or records into whatever capture
+// is under way on that stream, in any capture mode. Host-side checks (bucket, step, batch,
+// pointers) run first and throw invalid_argument naming the field before anything is enqueued.
+// On the host executor the same functions run (or, while it captures, record) through it.
+//
+// A draft round, eagerly or inside the engine's graph for (bucket, step):
+//   stage_round(ex, b, inputs);          // copy the round's device inputs, pad to the bucket
+//   setup_round(ex, b, bucket, tables);  // guard reset + step-invariant prefix metadata (step 0)
+//   step_metadata(ex, b, bucket, s);     // step s's expand metadata (slice-before-scatter)
+//   ...the engine's forward reading b.view(bucket, s)...
+//   read_guards(ex, b);                  // outside capture: synchronises
+// Semantics: docs/metadata.md (sections 2-4, 6, 7); composition rules: section 9.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "specgraph/buffers.hpp"
+#include "specgraph/config.hpp"
+#include "specgraph/guard.hpp"
+#include "specgraph/plan.hpp"
+
+namespace specgraph {
+
+class executor;
+
+// An index array as an engine holds it: int32 or int64 (SGLang keeps int64). Narrowing to the
+// int32 tables is checked, never silent.
+enum class index_type : std::int32_t { int32 = 0, int64 = 1 };
+struct index_array {
+  const void* data = nullptr;
+  index_type type = index_type::int32;
+  index_array() = default;
+  index_array(std::nullptr_t) {}                                            // NOLINT: implicit
+  index_array(const std::int32_t* p) : data(p), type(index_type::int32) {}  // NOLINT: implicit
+  index_array(const std::int64_t* p) : data(p), type(index_type::int64) {}  // NOLINT: implicit
+};
+
+// The engine tables the metadata kernels read (executor memory, owned by the engine; must stay
+// at the same address while graphs that read them exist: the graphs bake the pointer in).
+struct engine_tables {
+  const std::int32_t* req_to_token = nullptr;  // [pool_rows][max_context_len]
+};
+
+// One draft round's inputs in host memory; copied by draft_runtime::stage().
+struct round_inputs {
+  std::int32_t batch = 0;                       // real requests, 1..max_batch
+  index_array req_pool_index;                   // [batch], int32 or int64
+  index_array seq_len;                          // [batch], int32 or int64
+  const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][num_steps]
+};
+
+// The same round in executor memory (what an engine already holds on the GPU).
+struct device_round_inputs {
+  std::int32_t batch = 0;                       // real requests, 1..max_batch
+  index_array req_pool_index;                   // [batch], executor memory, int32 or int64
+  index_array seq_len;                          // [batch], executor memory, int32 or int64
+  const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][num_steps], executor memory
+  // Ordering with the engine: when set, the staging waits for `wait_for` (recorded by the engine
+  // after it wrote the inputs, on whatever stream it wrote them), and records `done` once the
+  // inputs have been read: the engine may overwrite them after `done` completes (or after
+  // anything later on this stream).
+  device_event wait_for = nullptr;
+  device_event done = nullptr;
+};
+
+// ---- one-time initialisation ----------------------------------------------------------------
+// Zeroes the whole arena and writes the init-once buffers (the sparse per-head sizes). Call once
+// after the memory is allocated, and again whenever the engine's memory was released and comes
+// back zeroed (e.g. after a sleep). Enqueued on ex's stream; does not synchronise; NOT
+// capture-safe (copies the sizes from host memory).
+void initialize_buffers(executor& ex, const draft_buffers& b);
+
+// ---- per round ------------------------------------------------------------------------------
+// Copies a round's inputs from executor memory into the static inputs of the smallest bucket
+// >= in.batch, writes the real batch and resets the padded requests (seq_len 1, pool row 0,
+// every slot 0): one kernel, after waiting for in.wait_for and before recording in.done.
+// Returns the bucket. Host checks: batch in [1, max_batch], non-null pointers. The contents
+// live in device memory and are checked by the kernels: an int64 index that does not fit int32
+// leaves that request unwritten and records bad_input in the staging guard word; out-of-range
+// pool rows, lengths and slots are refused by the metadata kernels. Capture-safe; stream: ex's.
+std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_round_inputs& in);
+
+// Resets the guard words (all but the staging one, which staging resets) and computes the
+// step-invariant prefix metadata of `bucket` (the round's step 0 work). Capture-safe; stream: ex's.
+// Throws invalid_argument for an unplanned bucket or a null req_to_token.
+void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                 const engine_tables& tables);
+
+// Step `step`'s expand metadata for `bucket`: reads only the first d = step + 1 slots of each
+// out_cache_loc row into the d + 1 wide step table (slice-before-scatter); in checked mode
+// (config.checked) also checks the branch layout of real rows. Capture-safe; stream: ex's.
+void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step);
+
+// Stages the engine's sparse selection (the sparse input buffers) for one chunk stage into that
+// stage kind's buffers, with the capacity-capped fallback. Capture-safe; stream: ex's. Throws
+// invalid_argument when the config has no sparse settings or the stage is malformed.
+void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stage);
+
+// ---- guards ---------------------------------------------------------------------------------
+// Reads every guard word back. Synchronises ex's stream; forbidden during capture.
+[[nodiscard]] std::vector<guard_word> read_guards(executor& ex, const draft_buffers& b);
+// The buffer a guard word index reports on ("expand.page_table") and its step (all_steps for
+// step-invariant ones).
+struct guard_site {
+  std::string buffer;
+  std::int32_t step = all_steps;
+};
+guard_site guard_site_of(const plan& p, std::int32_t guard_index);
+// Throws guard_violation naming buffer, step, bucket and row for the first set guard word (in
+// guard index order); does nothing when all are clean. Pure host code.
+void raise_guard_violations(const plan& p, const std::vector<guard_word>& guards,
+                            std::int32_t bucket, const std::string& context = {});
+
+}  // namespace specgraph
