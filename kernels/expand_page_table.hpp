@@ -1,4 +1,4 @@
-// Per-row code of the expand page table (draft-metadata.md section 3). Host+device.
+// Per-row code of the expand page table (docs/metadata.md section 3). Host+device.
 //
 // Preconditions (checked on the host by validate(expand_params) before any launch):
 //   page_size >= 1, topk >= 1, decode_length >= 1, 0 <= slots_read <= cache_loc_stride,

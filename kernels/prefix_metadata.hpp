@@ -1,4 +1,4 @@
-// Per-request code of the step-invariant prefix metadata (draft-metadata.md section 2).
+// Per-request code of the step-invariant prefix metadata (docs/metadata.md section 2).
 // Host+device.
 //
 // Preconditions (validate(prefix_params)): page_size >= 1, topk >= 1, batch >= 1, capacity >= 1,

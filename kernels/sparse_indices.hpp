@@ -1,5 +1,5 @@
 // Per-head code of the sparse vertical/slash stage staging and its capacity-capped fallback
-// (draft-metadata.md section 6). Host+device.
+// (docs/metadata.md section 6). Host+device.
 #pragma once
 
 #include <cstdint>

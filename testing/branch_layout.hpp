@@ -1,4 +1,4 @@
-// Random draft-round inputs laid out as a serving engine lays them out (draft-metadata.md
+// Random draft-round inputs laid out as a serving engine lays them out (docs/metadata.md
 // section 1): each branch starts on a fresh page holding a copy of the request's last partial
 // page; draft token j sits at in-page offset (last_page_len + j) % ps; pages come from a shuffled
 // free list, so page ids are not consecutive. Page 0 is reserved.

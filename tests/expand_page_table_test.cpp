@@ -1,4 +1,4 @@
-// Expand page table (draft-metadata.md section 3): spec vectors, random properties against an
+// Expand page table (docs/metadata.md section 3): spec vectors, random properties against an
 // independent reference, poison/canary checks, the seed bug as a negative control, validation.
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Prefix metadata (draft-metadata.md section 2) against an independent reference.
+// Prefix metadata (docs/metadata.md section 2) against an independent reference.
 #include <cstdint>
 #include <numeric>
 #include <random>

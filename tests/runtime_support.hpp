@@ -1,5 +1,5 @@
 // A small simulated engine around draft_runtime for the conformance tests: a request pool with
-// paged req_to_token rows, random rounds laid out as in draft-metadata.md section 1, and a probe
+// paged req_to_token rows, random rounds laid out as in docs/metadata.md section 1, and a probe
 // forward captured into every graph.
 #pragma once
 

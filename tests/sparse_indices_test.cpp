@@ -1,4 +1,4 @@
-// Sparse vertical/slash staging and the capacity-capped fallback (draft-metadata.md section 6).
+// Sparse vertical/slash staging and the capacity-capped fallback (docs/metadata.md section 6).
 #include <algorithm>
 #include <climits>
 #include <cstdint>

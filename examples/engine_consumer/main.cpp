@@ -1,6 +1,10 @@
-// A minimal engine: one request pool, a forward captured into every graph that copies the step's
-// expand page table into engine-owned memory, and a few rounds checked against known values.
+// A minimal engine, twice: (1) with draft_runtime owning capture and replay, a forward captured
+// into every graph that copies the step's expand page table into engine-owned memory; (2) with
+// the engine owning the memory, the stream and the capture, composing specgraph's ops into its
+// own graph. Both are checked against known values.
+#include <specgraph/buffers.hpp>
 #include <specgraph/executor.hpp>
+#include <specgraph/ops.hpp>
 #include <specgraph/runtime.hpp>
 
 #include <cstdint>
@@ -56,6 +60,33 @@ int main() {
   ex->copy_to_host(prefix.data(), rt.buffers().prefix_page_table(), 4 * sizeof(std::int32_t));
   if (step1 != want || prefix[0] != 9 || prefix[1] != 0) {
     std::fprintf(stderr, "engine_consumer: unexpected tables\n");
+    return 1;
+  }
+
+  // (2) The engine's own capture over the engine's own memory and stream.
+  const plan p = make_plan(config);
+  device_buffer engine_pool(*ex, p.total_bytes);  // e.g. a tensor in the engine's graph pool
+  const draft_buffers bufs(p, engine_pool.data());
+  initialize_buffers(*ex, bufs);
+  device_buffer inputs(*ex, 64);  // the engine's device-side round inputs
+  ex->copy_to_device(inputs.as<std::int32_t>(), pool_index, 4);
+  ex->copy_to_device(inputs.as<std::int32_t>() + 1, seq_len, 4);
+  ex->copy_to_device(inputs.as<std::int64_t>() + 1, cache_loc, sizeof cache_loc);
+  device_buffer own_copy(*ex, 2 * 3 * sizeof(std::int32_t));
+  ex->begin_capture();  // stands in for torch.cuda.graph / cudaStreamBeginCapture
+  setup_round(*ex, bufs, 1, engine_tables{rtt.as<std::int32_t>()});
+  step_metadata(*ex, bufs, 1, 0);
+  step_metadata(*ex, bufs, 1, 1);
+  ex->copy_on_device(own_copy.data(), bufs.expand_page_table(1), own_copy.size());  // "forward"
+  const auto engine_graph = ex->instantiate(*ex->end_capture());
+  stage_round(*ex, bufs,
+              {1, inputs.as<std::int32_t>(), inputs.as<std::int32_t>() + 1,
+               inputs.as<std::int64_t>() + 1});
+  ex->launch_graph(*engine_graph);
+  std::vector<std::int32_t> composed(6);
+  ex->copy_to_host(composed.data(), own_copy.data(), own_copy.size());
+  if (composed != want || read_guards(*ex, bufs)[1].violations != 0) {
+    std::fprintf(stderr, "engine_consumer: unexpected tables from the engine's own capture\n");
     return 1;
   }
   std::printf("engine_consumer OK: %s executor, %d graphs captured, arena %zu bytes\n", ex->name(),

@@ -23,7 +23,7 @@ enum class kernel_id : std::int32_t {
 enum class violation_kind : std::int32_t {
   none = 0,
   capacity = 1,   // a store at column >= capacity was skipped
-  layout = 2,     // the branch slot layout of draft-metadata.md section 1 does not hold
+  layout = 2,     // the branch slot layout of docs/metadata.md section 1 does not hold
   bad_input = 3,  // an input value is out of range (negative slot, last_page_len >= page_size, ...)
 };
 

@@ -1,6 +1,6 @@
 // The draft-decode metadata kernels: parameter structs, host-side validation and launchers.
 //
-// Semantics are those of draft-metadata.md (sections 2, 3 and 6). Every params struct is trivially
+// Semantics are those of docs/metadata.md (sections 2, 3 and 6). Every params struct is trivially
 // copyable and holds raw pointers into executor memory ("device" memory: real device memory on
 // the cuda executor, host memory on the host executor). All launchers:
 //   * validate every scalar parameter on the host first and throw specgraph::invalid_argument
@@ -25,7 +25,7 @@ namespace specgraph {
 
 class executor;
 
-// ---- Expand page table (draft-metadata.md section 3) ----------------------------------------
+// ---- Expand page table (docs/metadata.md section 3) ----------------------------------------
 struct expand_params {
   const std::int64_t* cache_loc = nullptr;      // [batch*topk][cache_loc_stride] slot ids
   std::int64_t cache_loc_stride = 0;            // columns per row of cache_loc (num_steps)
@@ -42,13 +42,13 @@ struct expand_params {
   guard_word* guard = nullptr;           // required
   // Exclusive upper bound for slot ids (the KV pool size); the default accepts any slot >= 0.
   std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
-  // Optional layout check (draft-metadata.md section 3): rows of requests r < *layout_check_batch
+  // Optional layout check (docs/metadata.md section 3): rows of requests r < *layout_check_batch
   // are checked against the branch allocation of section 1. Null disables the check. A pointer
   // (not a value) so a captured graph checks whatever real batch was staged for the round.
   const std::int32_t* layout_check_batch = nullptr;
 };
 
-// ---- Prefix metadata (draft-metadata.md section 2) ------------------------------------------
+// ---- Prefix metadata (docs/metadata.md section 2) ------------------------------------------
 struct prefix_params {
   const std::int32_t* req_to_token = nullptr;  // [pool_rows][req_to_token_stride]
   std::int64_t req_to_token_stride = 0;        // max_context_len
@@ -68,7 +68,7 @@ struct prefix_params {
   std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
 };
 
-// ---- Sparse vertical/slash staging (draft-metadata.md section 6) ----------------------------
+// ---- Sparse vertical/slash staging (docs/metadata.md section 6) ----------------------------
 enum class stage_kind : std::int32_t { intra = 0, succ = 1, inter = 2 };
 const char* to_string(stage_kind k) noexcept;
 
@@ -92,7 +92,7 @@ std::vector<sparse_stage> sparse_stages(std::int32_t seq_len, std::int32_t chunk
 
 // Capacity of a stage's per-head vertical buffer (Vcap): the largest per-head vertical size,
 // clamped to the keys seen (`keys`, the stage's end). The slash buffer (Scap) is the largest
-// per-head slash size, unclamped (draft-metadata.md section 6). Never below 1.
+// per-head slash size, unclamped (docs/metadata.md section 6). Never below 1.
 std::int32_t sparse_capacity(const std::vector<std::int32_t>& sizes, std::int32_t keys);
 
 struct sparse_stage_params {
@@ -135,7 +135,7 @@ void expand_page_table_host(const expand_params& p);
 void prefix_metadata_host(const prefix_params& p);
 void sparse_stage_host(const sparse_stage_params& p);
 
-// Sparse fallback (draft-metadata.md section 6): evenly spaced indices for an empty selection.
+// Sparse fallback (docs/metadata.md section 6): evenly spaced indices for an empty selection.
 // count = min(max_count, seq_len); step = max(1, ceil(seq_len / count)); indices 0, step, ...
 // (< seq_len), at most count of them. Writes at most `capacity` entries into `out`; an index
 // that does not fit is recorded in `guard` (may be null). Returns the number written.

@@ -1,5 +1,5 @@
 // A simulated serving engine around draft_runtime: a fragmented paged KV pool, requests with
-// random prefixes, EAGLE branch allocation per round (draft-metadata.md section 1), and a forward
+// random prefixes, EAGLE branch allocation per round (docs/metadata.md section 1), and a forward
 // captured in every graph that writes the step's K/V and runs two-pass paged decode attention
 // merged by log-sum-exp. Rounds can be verified against a dense float64 reference that gathers
 // tokens by position, never through page tables.

@@ -1,6 +1,6 @@
 // The simulated engine's forward kernels (host+device, like the metadata kernels): write a draft
 // step's K/V into the paged pool, paged decode attention over a page table, and the log-sum-exp
-// merge of the prefix and expand passes (draft-metadata.md section 5). float32 storage.
+// merge of the prefix and expand passes (docs/metadata.md section 5). float32 storage.
 #pragma once
 
 #include <cmath>
@@ -129,7 +129,7 @@ struct lse_merge_kernel {
 
 // Copies each branch's share of its request's last partial page (the first last_page_len
 // tokens) into the branch's fresh first page, as a serving engine does when it allocates the
-// branch (draft-metadata.md section 1). Runs eagerly before a round, after stage().
+// branch (docs/metadata.md section 1). Runs eagerly before a round, after stage().
 struct branch_page_copy_kernel {
   struct params {
     const std::int32_t* req_to_token;
