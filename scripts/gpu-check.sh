@@ -1,94 +1,243 @@
 #!/usr/bin/env bash
-# One script for a GPU machine (an H200, sm_90) that fits in about 8 minutes:
-#   1. builds GoogleTest / Google Benchmark from .deps/ when the machine lacks them
-#      (scripts/bundle-deps.sh prepares .deps/ on a CPU machine);
-#   2. builds specgraph for sm_90;
-#   3. runs the whole test suite with REQUIRE_GPU=1 (a skipped cuda test is a failure);
-#   4. runs the cuda tests again under compute-sanitizer --tool memcheck;
-#   5. runs the benchmarks (JSON);
-# writes logs and JSON into the results folder (argument, or SPECGRAPH_GPU_RESULTS, default
-# ./gpu-results/) and prints a short summary table last. Exit status: non-zero if any step failed.
+# specgraph's GPU check: one script that builds, tests, sanitizes and times specgraph on a GPU
+# machine (an H200, sm_90, 16 cores) within 8 minutes, and always leaves a summary.
+#
+# Usage:
+#   scripts/gpu-check.sh [results-dir]            on the GPU machine
+#   scripts/gpu-check.sh --dry-run [results-dir]  on a CPU machine (CI): every step that needs no
+#                                                 GPU, then a check of the results' contract
+#   --only STEP,STEP,...  runs just those steps (the others read 'skipped'), e.g. a rerun of
+#                         `--only deps,build,benchmarks` on a warm machine
+# results-dir: the argument, else $SPECGRAPH_GPU_RESULTS, else ./gpu-results.
+#
+# Before a GPU run, on the CPU machine: scripts/bundle-deps.sh (GoogleTest and Google Benchmark as
+# binary packages in .deps/debs/, wheels in .whl/, the commit in .gpu-commit). Then, with this
+# workplace's device tool:
+#   run(command="bash scripts/gpu-check.sh $OUT", carry=[".deps", ".whl", ".gpu-commit"], timeout_s=540)
+# The step budgets below add up to at most 8 minutes; timeout_s=540 leaves a minute for the
+# machine's kill grace and the packaging.
+#
+# What lands in results-dir (at most 8 files; the device tool returns no more):
+#   summary.txt   the table printed last
+#   summary.json  every step: name, status (ok|failed|timeout|skipped|refused), seconds, budget,
+#                 note, counts (tests passed/failed/skipped, errors, timings, ...)
+#   logs.tar.gz   every step's log, ctest's JUnit XML, the run-compare JSON, the benchmark JSON
+# Both summaries are rewritten after every step and on exit, INT or TERM, so an interrupted run
+# still says how far it got. Exit status: non-zero if a step failed or timed out (and, with
+# --dry-run, if the contract check fails). A refused sanitizer or a skipped step is not a failure.
+#
+# Environment: SPECGRAPH_COMMIT (the commit, when neither git nor .gpu-commit is there),
+# SPECGRAPH_GPU_BUILD_DIR (default build-gpu, or build-gpu-dry with --dry-run),
+# SPECGRAPH_GPU_JOBS (default: the machine's core count).
+# shellcheck disable=SC2317  # the step functions run through "$fn" in step mode
 set -uo pipefail
-cd "$(dirname "$0")/.."
-results=$(realpath -m "${1:-${SPECGRAPH_GPU_RESULTS:-./gpu-results}}")
-mkdir -p "$results"
-jobs=$(nproc)
-build=build-gpu
-prefix=$PWD/.deps/prefix
-declare -A status
 
-step() {  # step NAME COMMAND...: runs, logs to $results/NAME.log, records pass/fail
-  local name=$1
+# ---- step budgets, in seconds: the one place to change them ------------------------------------
+# Order is execution order. Sum <= 480 - PACKAGING_RESERVE (checked at start and by the contract).
+STEPS=(machine deps build tests run-compare memcheck initcheck python torch-example benchmarks peer-torch)
+declare -A BUDGET=(
+  [machine]=10        # nvidia-smi, tool versions: a few seconds
+  [deps]=45           # unpack .deps/debs + a link probe ~10 s; +25 s if GoogleTest must be rebuilt
+  [build]=100         # ~150 CPU-s of compiles (107 s on 2 cores), longest one ~25 s: ~40 s on 16
+  [tests]=45          # 104 tests, ~3 s on 2 cores host-only; the cuda ones add context creation
+  [run-compare]=20    # two small seeded simulated runs, ~1.5 s each on the host executor
+  [memcheck]=90       # cuda instances of every test binary, 4 at a time, 200 property cases
+  [initcheck]=65      # same, initcheck
+  [python]=25         # pip install --no-index + pytest (skipped while there is no python/)
+  [torch-example]=10  # examples/torch_draft_loop.py (skipped while absent)
+  [benchmarks]=40     # ~240 cuda benchmarks at min_time 0.02 s
+  [peer-torch]=15     # bench/peer_torch.py (skipped while absent)
+)
+PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
+TOTAL_LIMIT=480
+# The dry run builds on a small CPU machine: only these budgets differ there.
+declare -A DRY_BUDGET=([deps]=120 [build]=2400 [run-compare]=120)
+PER_TEST_TIMEOUT=60   # ctest --timeout for one test
+PROPERTY_CASES=200    # SPECGRAPH_PROPERTY_CASES under compute-sanitizer
+SANITIZER_FILTER='*cuda*:*Cuda*'  # gtest filter: the cuda instances (and CudaHandles.*)
+BENCH_MIN_TIME=0.02
+# The run-compare configuration: small, seeded, every round verified against float64.
+RUN_CONFIG=(--max-batch 8 --topk 4 --steps 5 --page-size 16 --heads 4 --head-dim 64
+  --max-context 256 --rounds 40 --seed 20261130 --verify all)
+
+EX_SKIP=77     # a step's exit status for 'skipped'
+EX_REFUSED=78  # ... and for 'refused' (the machine refused a tool: e.g. compute-sanitizer)
+
+cd "$(dirname "$0")/.." || exit 2
+SELF=$PWD/scripts/gpu-check.sh
+if [ -d /usr/local/cuda/bin ] && ! command -v nvcc >/dev/null 2>&1; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+# ---- step mode: `gpu-check.sh --step NAME` (what the main loop runs under `timeout`) ------------
+if [ "${1:-}" = --step ]; then
+  SG_STEP=$2
+  export SG_STEP
+  cd "$SG_ROOT" || exit 1
+  # shellcheck source=/dev/null
+  source "$SG_ROOT/scripts/gpu-check/steps-build.sh"
+  # shellcheck source=/dev/null
+  source "$SG_ROOT/scripts/gpu-check/steps-run.sh"
+  fn=step_${SG_STEP//-/_}
+  "$fn"
+  exit $?
+fi
+
+# =================================================================================================
+# Main
+# =================================================================================================
+SG_DRY=0
+results=""
+ONLY=""
+while (($#)); do
+  a=$1
   shift
-  local t0=$(date +%s)
-  if "$@" >"$results/$name.log" 2>&1; then status[$name]="ok"; else status[$name]="FAILED"; fi
-  status[$name]+=" ($(( $(date +%s) - t0 )) s)"
-  echo "== $name: ${status[$name]}"
-}
-
-{ date -u; git rev-parse HEAD 2>/dev/null || echo "(no git)"; nvidia-smi 2>&1 || true; nvcc --version; } \
-  >"$results/machine.txt" 2>&1
-
-deps() {
-  local have_gtest=0
-  cmake --find-package -DNAME=GTest -DCOMPILER_ID=GNU -DLANGUAGE=CXX -DMODE=EXIST >/dev/null 2>&1 && have_gtest=1
-  if [ $have_gtest = 0 ] && [ ! -f "$prefix/lib/cmake/GTest/GTestConfig.cmake" ]; then
-    [ -d .deps/googletest ] || { echo "no GoogleTest here and no .deps/googletest (run scripts/bundle-deps.sh)"; return 1; }
-    cmake -S .deps/googletest -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_INSTALL_PREFIX="$prefix" && cmake --build /tmp/gtest-build -j "$jobs" &&
-      cmake --install /tmp/gtest-build || return 1
-  fi
-  if [ ! -f "$prefix/lib/cmake/benchmark/benchmarkConfig.cmake" ] && ls .deps/benchmark_*.orig.tar.gz >/dev/null 2>&1; then
-    rm -rf /tmp/benchmark-src && mkdir -p /tmp/benchmark-src &&
-      tar -xzf .deps/benchmark_*.orig.tar.gz -C /tmp/benchmark-src --strip-components=1 &&
-      cmake -S /tmp/benchmark-src -B /tmp/benchmark-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DBENCHMARK_ENABLE_TESTING=OFF -DBENCHMARK_ENABLE_GTEST_TESTS=OFF \
-        -DCMAKE_INSTALL_PREFIX="$prefix" && cmake --build /tmp/benchmark-build -j "$jobs" &&
-      cmake --install /tmp/benchmark-build || return 1
-  fi
-}
-step deps deps
-
-step build bash -c "cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECGRAPH_ENABLE_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH='$prefix' && cmake --build $build -j $jobs"
-
-step tests env REQUIRE_GPU=1 ctest --test-dir "$build" --output-on-failure -j 4 \
-  --output-junit "$results/ctest-junit.xml"
-
-sanitize() {
-  command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found"; return 1; }
-  local failed=0
-  for t in "$build"/tests/*_test; do
-    [ -x "$t" ] || continue
-    echo "--- $t"
-    # Fewer random cases: memcheck slows kernels down by orders of magnitude.
-    REQUIRE_GPU=1 SPECGRAPH_PROPERTY_CASES=200 compute-sanitizer --tool memcheck --error-exitcode 99 \
-      "$t" --gtest_filter='*cuda*:*Cuda*' || failed=1
-  done
-  return $failed
-}
-step sanitizer sanitize
-
-benchmarks() {
-  local ran=0
-  for b in "$build"/bench/bench_*; do
-    [ -x "$b" ] || continue
-    ran=1
-    "$b" --benchmark_out="$results/$(basename "$b").json" --benchmark_out_format=json \
-      --benchmark_min_time=0.02 || return 1
-  done
-  [ $ran = 1 ] || { echo "no benchmark programs were built"; return 1; }
-}
-step benchmarks benchmarks
-
-echo
-echo "specgraph GPU check — $(date -u +%F) — commit $(git rev-parse --short HEAD 2>/dev/null)"
-printf '%-12s %s\n' step result
-rc=0
-for s in deps build tests sanitizer benchmarks; do
-  printf '%-12s %s\n' "$s" "${status[$s]:-not run}"
-  case "${status[$s]:-}" in ok*) ;; *) rc=1 ;; esac
+  case $a in
+    --dry-run) SG_DRY=1 ;;
+    --only) ONLY=,${1:-},; shift ;;
+    --only=*) ONLY=,${a#--only=}, ;;
+    -h | --help) sed -n '2,/^# shellcheck/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu-check.sh: unknown option '$a'" >&2; exit 2 ;;
+    *) results=$a ;;
+  esac
 done
-grep -E "tests passed|tests failed" "$results/tests.log" | tail -1
-echo "results in $results"
-exit $rc
+for s in ${ONLY//,/ }; do
+  [[ " ${STEPS[*]} " == *" $s "* ]] || { echo "gpu-check.sh: --only: no step '$s'" >&2; exit 2; }
+done
+results=${results:-${SPECGRAPH_GPU_RESULTS:-./gpu-results}}
+mkdir -p "$results" || exit 2
+results=$(cd "$results" && pwd)
+
+budget_sum=0
+for s in "${STEPS[@]}"; do budget_sum=$((budget_sum + BUDGET[$s])); done
+if ((budget_sum + PACKAGING_RESERVE > TOTAL_LIMIT)); then
+  echo "gpu-check.sh: step budgets ($budget_sum s) + packaging ($PACKAGING_RESERVE s) exceed $TOTAL_LIMIT s" >&2
+  exit 2
+fi
+
+# The commit: SPECGRAPH_COMMIT, else git (when the copy has its metadata), else .gpu-commit.
+SG_COMMIT=unknown SG_COMMIT_DESCRIBE=unknown SG_COMMIT_SOURCE=none
+if [ -n "${SPECGRAPH_COMMIT:-}" ]; then
+  SG_COMMIT=$SPECGRAPH_COMMIT SG_COMMIT_DESCRIBE=$SPECGRAPH_COMMIT SG_COMMIT_SOURCE=SPECGRAPH_COMMIT
+elif git rev-parse HEAD >/dev/null 2>&1; then
+  SG_COMMIT=$(git rev-parse HEAD) SG_COMMIT_DESCRIBE=$(git describe --always --dirty) SG_COMMIT_SOURCE=git
+elif [ -s .gpu-commit ]; then
+  SG_COMMIT=$(sed -n 1p .gpu-commit) SG_COMMIT_DESCRIBE=$(sed -n 2p .gpu-commit)
+  SG_COMMIT_SOURCE=.gpu-commit
+fi
+SG_COMMIT_DESCRIBE=${SG_COMMIT_DESCRIBE:-$SG_COMMIT}
+
+SG_ROOT=$PWD
+SG_JOBS=${SPECGRAPH_GPU_JOBS:-$(nproc)}
+if [ $SG_DRY = 1 ]; then SG_BUILD=${SPECGRAPH_GPU_BUILD_DIR:-build-gpu-dry}; else SG_BUILD=${SPECGRAPH_GPU_BUILD_DIR:-build-gpu}; fi
+SG_BUILD=$(mkdir -p "$SG_BUILD" && cd "$SG_BUILD" && pwd)
+SG_WORK=$(mktemp -d "${TMPDIR:-/tmp}/specgraph-gpu-check.XXXXXX")
+SG_LOGS=$SG_WORK/logs
+mkdir -p "$SG_LOGS" "$SG_WORK/notes" "$SG_WORK/counts"
+export SG_ROOT SG_DRY SG_JOBS SG_BUILD SG_WORK SG_LOGS SG_COMMIT SG_COMMIT_DESCRIBE SG_COMMIT_SOURCE
+STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+T0=$(date +%s)
+declare -A STATUS SECONDS_TAKEN EXIT_CODE
+INTERRUPTED=""
+CHILD=""
+FINALIZED=0
+
+# Our own files only: the results folder must stay within the device tool's 8 files.
+rm -f "$results/summary.txt" "$results/summary.json" "$results/logs.tar.gz"
+
+# shellcheck source=/dev/null
+source "$PWD/scripts/gpu-check/summary.sh"
+
+eff_budget() {
+  if [ $SG_DRY = 1 ] && [ -n "${DRY_BUDGET[$1]:-}" ]; then echo "${DRY_BUDGET[$1]}"; else echo "${BUDGET[$1]}"; fi
+}
+
+finalize() {
+  [ $FINALIZED = 1 ] && return
+  FINALIZED=1
+  write_summaries 1
+}
+
+on_signal() {
+  INTERRUPTED=$1
+  [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null
+}
+on_exit() {
+  local rc=$?
+  if [ $FINALIZED = 0 ]; then
+    finalize
+    cat "$results/summary.txt"
+    rm -rf "$SG_WORK"
+  fi
+  exit $rc
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap on_exit EXIT
+
+run_step() {
+  local s=$1 b t0 rc
+  b=$(eff_budget "$s")
+  t0=$(date +%s)
+  echo "== $s (budget ${b} s) ..."
+  local nice=()
+  [ $SG_DRY = 1 ] && nice=(nice -n 10)
+  SG_BUDGET=$b "${nice[@]}" timeout -k 5 "$b" "$BASH" "$SELF" --step "$s" </dev/null \
+    >"$SG_LOGS/$s.log" 2>&1 &
+  CHILD=$!
+  wait "$CHILD"
+  rc=$?
+  while kill -0 "$CHILD" 2>/dev/null; do wait "$CHILD"; rc=$?; done
+  CHILD=""
+  SECONDS_TAKEN[$s]=$(($(date +%s) - t0))
+  EXIT_CODE[$s]=$rc
+  if [ -n "$INTERRUPTED" ]; then
+    STATUS[$s]=failed
+    echo "interrupted by SIG$INTERRUPTED after ${SECONDS_TAKEN[$s]} s" >"$SG_WORK/notes/$s"
+  else
+    case $rc in
+      0) STATUS[$s]=ok ;;
+      124 | 137) STATUS[$s]=timeout
+        echo "timed out after ${b} s$( [ -s "$SG_WORK/notes/$s" ] && echo "; $(step_note "$s")")" >"$SG_WORK/notes/$s.t"
+        mv "$SG_WORK/notes/$s.t" "$SG_WORK/notes/$s" ;;
+      "$EX_SKIP") STATUS[$s]=skipped ;;
+      "$EX_REFUSED") STATUS[$s]=refused ;;
+      *) STATUS[$s]=failed
+        [ -s "$SG_WORK/notes/$s" ] || echo "exit status $rc (see logs/$s.log)" >"$SG_WORK/notes/$s" ;;
+    esac
+  fi
+  echo "== $s: ${STATUS[$s]} (${SECONDS_TAKEN[$s]} s) $(step_note "$s")"
+}
+
+echo "specgraph GPU check$([ $SG_DRY = 1 ] && echo ' (dry run)'): commit $SG_COMMIT_DESCRIBE, $SG_JOBS jobs, build in $SG_BUILD, results in $results"
+for s in "${STEPS[@]}"; do
+  [ -n "$INTERRUPTED" ] && break
+  if [ -n "$ONLY" ] && [[ $ONLY != *",$s,"* ]]; then
+    STATUS[$s]=skipped SECONDS_TAKEN[$s]=0
+    echo "skipped: not selected (--only)" >"$SG_WORK/notes/$s"
+    : >"$SG_LOGS/$s.log"
+    continue
+  fi
+  run_step "$s"
+  write_summaries 0
+done
+
+finalize
+OVERALL_RC=$OVERALL
+CONTRACT=""
+if [ $SG_DRY = 1 ]; then
+  if python3 scripts/gpu-check/contract.py --dry-run "$results" >"$SG_WORK/contract.txt" 2>&1; then
+    CONTRACT="contract: OK ($(tail -1 "$SG_WORK/contract.txt"))"
+  else
+    CONTRACT="contract: FAILED"$'\n'"$(cat "$SG_WORK/contract.txt")"
+    OVERALL_RC=1
+  fi
+fi
+[ -n "$INTERRUPTED" ] && OVERALL_RC=1
+echo
+cat "$results/summary.txt"
+[ -n "$CONTRACT" ] && echo "$CONTRACT"
+rm -rf "$SG_WORK"
+trap - EXIT
+exit $OVERALL_RC
+

@@ -25,18 +25,6 @@
 namespace specgraph::testing {
 namespace {
 
-draft_config interop_config() {
-  draft_config c;
-  c.max_batch = 8;
-  c.topk = 2;
-  c.num_steps = 3;
-  c.page_size = 4;
-  c.max_context_len = 64;
-  c.pool_rows = 12;
-  c.kv_slots = 1 << 20;
-  return c;
-}
-
 class CudaInterop : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -53,6 +41,18 @@ class CudaInterop : public ::testing::Test {
 };
 
 #if defined(SPECGRAPH_HAS_CUDA)
+
+draft_config interop_config() {
+  draft_config c;
+  c.max_batch = 8;
+  c.topk = 2;
+  c.num_steps = 3;
+  c.page_size = 4;
+  c.max_context_len = 64;
+  c.pool_rows = 12;
+  c.kv_slots = 1 << 20;
+  return c;
+}
 
 struct engine_stream {
   cudaStream_t s = nullptr;

@@ -169,6 +169,7 @@ TEST(HostExecutor, DeferredWorkRunsWhenTheHostWaitsAndEventsTrackIt) {
   auto ex = make_host_executor({/*deferred=*/true});
   device_buffer buf(*ex, 2 * sizeof(std::int64_t));
   ex->fill_bytes(buf.data(), 0, buf.size());
+  ex->synchronize();  // the fill is deferred too
   event_handle first(*ex), second(*ex);
   append_digit_kernel::params storage{};
   ex->launch(append_digit(buf.as<std::int64_t>(), 1, 2, storage));

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the results folder of scripts/gpu-check.sh against its contract.
 
-Usage: gpu_check_contract.py [--dry-run] RESULTS_DIR
+Usage: contract.py [--dry-run] RESULTS_DIR
 
 The contract (what the device tool can bring back and what readers rely on):
   * at most 8 files in RESULTS_DIR, none deeper than 2 folders, names of letters, digits, '.', '_'
