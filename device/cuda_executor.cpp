@@ -99,6 +99,12 @@ class cuda_executor final : public executor {
     ++counters_.allocations;
     return p;
   }
+  std::size_t memory_capacity() override {
+    device_scope d(device_);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    SPECGRAPH_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return total_bytes;
+  }
   void deallocate(void* p) override {
     if (p == nullptr) return;
     device_scope d(device_);

@@ -1,4 +1,6 @@
 // The host executor: the CPU emulation of the cuda executor (see executor.hpp).
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -117,6 +119,11 @@ class host_executor final : public executor {
     void* p = aligned(bytes);
     ++counters_.allocations;
     return p;
+  }
+  std::size_t memory_capacity() override {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return static_cast<std::size_t>(-1);  // unknown: no limit
+    return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
   }
   void deallocate(void* p) override {
     forbid_during_capture("deallocate (cudaFree synchronises the device)");

@@ -36,6 +36,11 @@ void draft_runtime::init(void* caller_arena) {
                          static_cast<std::int64_t>(plan_->total_bytes));
     void* arena = caller_arena;
     if (arena == nullptr) {
+      const std::size_t capacity = ex_->memory_capacity();
+      SPECGRAPH_EXPECTS(plan_->total_bytes <= capacity, "arena",
+                        "the plan needs " + std::to_string(plan_->total_bytes) +
+                            " bytes, more than the " + ex_->name() + " executor's " +
+                            std::to_string(capacity) + " bytes of memory");
       owned_arena_ = device_buffer(*ex_, plan_->total_bytes);
       arena = owned_arena_.data();
     }

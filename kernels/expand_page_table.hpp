@@ -1,9 +1,10 @@
 // Per-row code of the expand page table (docs/metadata.md section 3). Host+device.
 //
-// Preconditions (checked on the host by validate(expand_params) before any launch):
-//   page_size >= 1, topk >= 1, decode_length >= 1, 0 <= slots_read <= cache_loc_stride,
-//   capacity >= 1, page_table_stride >= capacity, all pointers non-null except
-//   layout_check_batch. One call per row in [0, batch*topk).
+// Preconditions (checked on the host by validate(expand_params) before any launch; ranges in
+// limits.hpp): 1 <= page_size <= 2^20, 1 <= topk, batch * topk <= 2^24, 1 <= decode_length <=
+// 1024, 1 <= slots_read <= cache_loc_stride <= 2^31, 1 <= capacity <= page_table_stride <= 2^31,
+// slot_limit >= 1, all pointers non-null except layout_check_batch. One call per row in
+// [0, batch*topk).
 #pragma once
 
 #include <cstdint>
@@ -17,28 +18,33 @@ struct expand_page_table_kernel {
   using params = expand_params;
   static constexpr const char* name = "expand_page_table";
   static constexpr kernel_id id = kernel_id::expand_page_table;
+  static constexpr std::int64_t max_page_id = 0x7fffffff;  // page tables are int32
 
   static std::int64_t rows(const params& p) { return static_cast<std::int64_t>(p.batch) * p.topk; }
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
+    // row < 2^24 and stride <= 2^31: the offsets below stay far inside int64.
     const auto row = static_cast<std::int32_t>(row64);
     const std::int32_t request = row / p.topk;
     const std::int32_t last_page_len = p.last_page_len[request];
     const std::int64_t* slots = p.cache_loc + row64 * p.cache_loc_stride;
     std::int32_t* table_row = p.page_table + row64 * p.page_table_stride;
 
-    // Input check first, so a row with a bad value is not written at all.
+    // Input check first, so a row with a bad value is not written at all. A slot whose page id
+    // does not fit the int32 table is refused too (never truncated to another page).
     if (last_page_len < 0 || last_page_len >= p.page_size) {
       guard_record(p.guard, violation_kind::bad_input, id, row, -1, p.page_size, last_page_len);
       return;
     }
     for (std::int32_t j = 0; j < p.slots_read; ++j) {
-      if (slots[j] < 0 || slots[j] >= p.slot_limit) {
-        guard_record(p.guard, violation_kind::bad_input, id, row, j, -1, slots[j]);
+      const std::int64_t slot = slots[j];
+      if (slot < 0 || slot >= p.slot_limit || slot / p.page_size > max_page_id) {
+        guard_record(p.guard, violation_kind::bad_input, id, row, j, -1, slot);
         return;
       }
     }
 
+    // last_page_len < 2^20 and decode_length <= 1024: the sum fits int32.
     p.cache_seqlen[row] = last_page_len + p.decode_length;
 
     // Unique-consecutive pages of the first slots_read slots, scattered into the row. The number
@@ -47,7 +53,7 @@ struct expand_page_table_kernel {
     std::int32_t runs = 0;
     std::int64_t previous_page = -1;
     for (std::int32_t j = 0; j < p.slots_read; ++j) {
-      const std::int64_t page = slots[j] / p.page_size;
+      const std::int64_t page = slots[j] / p.page_size;  // <= max_page_id (checked above)
       if (j == 0 || page != previous_page) {
         checked_store(table_row, runs, p.capacity, page, p.guard, id, row);
         ++runs;
@@ -60,7 +66,9 @@ struct expand_page_table_kernel {
 
     if (p.layout_check_batch != nullptr && request < *p.layout_check_batch) {
       for (std::int32_t j = 0; j < p.slots_read; ++j) {
-        const std::int64_t expected_offset = (last_page_len + j) % p.page_size;
+        // int64: last_page_len + j < 2^20 + 2^31.
+        const std::int64_t expected_offset =
+            (static_cast<std::int64_t>(last_page_len) + j) % p.page_size;
         if (slots[j] % p.page_size != expected_offset) {
           // "expected" is the in-page offset the allocation of section 1 implies; "found" the
           // slot's actual offset.
@@ -69,10 +77,13 @@ struct expand_page_table_kernel {
           return;
         }
       }
-      const std::int32_t expected_runs =
-          (last_page_len + p.decode_length + p.page_size - 1) / p.page_size;
+      // int64: last_page_len + decode_length + page_size < 2^22.
+      const std::int64_t expected_runs =
+          (static_cast<std::int64_t>(last_page_len) + p.decode_length + p.page_size - 1) /
+          p.page_size;
       if (runs != expected_runs) {
-        guard_record(p.guard, violation_kind::layout, id, row, runs, expected_runs, runs);
+        guard_record(p.guard, violation_kind::layout, id, row, runs,
+                     static_cast<std::int32_t>(expected_runs), runs);
       }
     }
   }

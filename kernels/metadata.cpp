@@ -13,12 +13,14 @@
 #include "kernels/sparse_indices.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
+#include "specgraph/limits.hpp"
 
 namespace specgraph {
 namespace {
 
 using detail::at_least;
 using detail::at_most;
+using detail::between;
 using detail::in_range;
 using detail::indexed;
 using detail::not_null;
@@ -35,10 +37,16 @@ void run_on_host(const typename K::params& p) {
   host_run_rows<K>(&p, K::rows(p));
 }
 
-void rows_fit_int32(std::int64_t batch, std::int64_t topk) {
-  SPECGRAPH_EXPECTS(
-      batch * topk <= std::numeric_limits<std::int32_t>::max(), "batch",
-      "batch * topk = " + std::to_string(batch * topk) + " exceeds the int32 row limit");
+// Strides and capacities of the int32 tables: at most 2^31 columns, so row * stride (rows below
+// 2^24) stays inside int64 and every column index fits int32.
+constexpr std::int64_t max_columns = std::int64_t{1} << 31;
+
+void rows_within_limit(std::int64_t batch, std::int64_t topk) {
+  // Both factors are >= 1 and int32 here: the product fits int64.
+  SPECGRAPH_EXPECTS(batch * topk <= limits::max_rows, "batch",
+                    std::to_string(batch) + " * topk " + std::to_string(topk) + " = " +
+                        std::to_string(batch * topk) + " rows exceeds the limit " +
+                        std::to_string(limits::max_rows));
 }
 
 }  // namespace
@@ -57,22 +65,24 @@ std::int32_t stage_key_length(const sparse_stage& s) noexcept {
 }
 
 std::vector<sparse_stage> sparse_stages(std::int32_t seq_len, std::int32_t chunk_len) {
-  at_least("seq_len", seq_len, 1);
-  at_least("chunk_len", chunk_len, 1);
+  between("seq_len", seq_len, 1, limits::max_keys, "the limit");
+  between("chunk_len", chunk_len, 1, limits::max_keys, "the limit");
   std::vector<sparse_stage> stages;
-  for (std::int32_t prev = 0; prev < seq_len; prev += chunk_len) {
+  // int64: prev + chunk_len and 2 * chunk_len reach 2^31 for values near the limits.
+  const std::int64_t chunk = chunk_len;
+  for (std::int64_t prev = 0; prev < seq_len; prev += chunk) {
     sparse_stage s;
-    s.prev = prev;
-    s.end = std::min(prev + chunk_len, seq_len);
+    s.prev = static_cast<std::int32_t>(prev);
+    s.end = static_cast<std::int32_t>(std::min<std::int64_t>(prev + chunk, seq_len));
     s.chunk_len = chunk_len;
-    s.chunk_q_len = s.end - prev;
+    s.chunk_q_len = s.end - s.prev;
     s.kind = stage_kind::intra;
     stages.push_back(s);
-    if (prev - chunk_len >= 0) {
+    if (prev - chunk >= 0) {
       s.kind = stage_kind::succ;
       stages.push_back(s);
     }
-    if (prev - 2 * chunk_len >= 0) {
+    if (prev - 2 * chunk >= 0) {
       s.kind = stage_kind::inter;
       stages.push_back(s);
     }
@@ -91,17 +101,17 @@ std::int32_t sparse_capacity(const std::vector<std::int32_t>& sizes, std::int32_
 
 // ---- expand -------------------------------------------------------------------------------
 void validate(const expand_params& p) {
-  at_least("page_size", p.page_size, 1);
-  at_least("topk", p.topk, 1);
+  between("page_size", p.page_size, 1, limits::max_page_size, "the limit");
+  between("topk", p.topk, 1, limits::max_topk, "the limit");
   at_least("batch", p.batch, 1);
-  at_least("decode_length", p.decode_length, 1);
-  at_least("cache_loc_stride", p.cache_loc_stride, 1);
+  rows_within_limit(p.batch, p.topk);
+  between("decode_length", p.decode_length, 1, limits::max_num_steps, "the limit");
+  between("cache_loc_stride", p.cache_loc_stride, 1, max_columns, "the limit");
   at_least("slots_read", p.slots_read, 1);
   at_most("slots_read", p.slots_read, p.cache_loc_stride, "the cache_loc row stride");
   at_least("capacity", p.capacity, 1);
-  at_least("page_table_stride", p.page_table_stride, p.capacity);
+  between("page_table_stride", p.page_table_stride, p.capacity, max_columns, "the limit");
   at_least("slot_limit", p.slot_limit, 1);
-  rows_fit_int32(p.batch, p.topk);
   not_null("cache_loc", p.cache_loc);
   not_null("last_page_len", p.last_page_len);
   not_null("page_table", p.page_table);
@@ -117,8 +127,12 @@ void validate_contents_host(const expand_params& p) {
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.topk;
   for (std::int64_t row = 0; row < rows; ++row) {
     for (std::int32_t j = 0; j < p.slots_read; ++j) {
-      in_range(indexed("cache_loc", row, j), p.cache_loc[row * p.cache_loc_stride + j], 0,
-               p.slot_limit, "slot_limit");
+      const std::int64_t slot = p.cache_loc[row * p.cache_loc_stride + j];
+      in_range(indexed("cache_loc", row, j), slot, 0, p.slot_limit, "slot_limit");
+      SPECGRAPH_EXPECTS(slot / p.page_size <= limits::max_page_id, indexed("cache_loc", row, j),
+                        std::to_string(slot) + " is on page " + std::to_string(slot / p.page_size) +
+                            ", above the int32 page-table limit " +
+                            std::to_string(limits::max_page_id));
     }
   }
 }
@@ -133,15 +147,15 @@ void expand_page_table_host(const expand_params& p) {
 
 // ---- prefix -------------------------------------------------------------------------------
 void validate(const prefix_params& p) {
-  at_least("page_size", p.page_size, 1);
-  at_least("topk", p.topk, 1);
+  between("page_size", p.page_size, 1, limits::max_page_size, "the limit");
+  between("topk", p.topk, 1, limits::max_topk, "the limit");
   at_least("batch", p.batch, 1);
-  at_least("pool_rows", p.pool_rows, 1);
-  at_least("req_to_token_stride", p.req_to_token_stride, 1);
+  rows_within_limit(p.batch, p.topk);
+  between("pool_rows", p.pool_rows, 1, limits::max_pool_rows, "the limit");
+  between("req_to_token_stride", p.req_to_token_stride, 1, limits::max_context_len, "the limit");
   at_least("capacity", p.capacity, 1);
-  at_least("page_table_stride", p.page_table_stride, p.capacity);
+  between("page_table_stride", p.page_table_stride, p.capacity, max_columns, "the limit");
   at_least("slot_limit", p.slot_limit, 1);
-  rows_fit_int32(p.batch, p.topk);
   not_null("req_to_token", p.req_to_token);
   not_null("req_pool_index", p.req_pool_index);
   not_null("seq_len", p.seq_len);
@@ -177,15 +191,15 @@ void prefix_metadata_host(const prefix_params& p) {
 
 // ---- sparse -------------------------------------------------------------------------------
 void validate(const sparse_stage_params& p) {
-  at_least("heads", p.heads, 1);
-  at_least("vertical_stride", p.vertical_stride, 0);
-  at_least("slash_stride", p.slash_stride, 0);
-  at_least("vertical_capacity", p.vertical_capacity, 1);
-  at_least("slash_capacity", p.slash_capacity, 1);
+  between("heads", p.heads, 1, limits::max_heads, "the limit");
+  between("vertical_stride", p.vertical_stride, 0, limits::max_sparse_size, "the limit");
+  between("slash_stride", p.slash_stride, 0, limits::max_sparse_size, "the limit");
+  between("vertical_capacity", p.vertical_capacity, 1, limits::max_sparse_size, "the limit");
+  between("slash_capacity", p.slash_capacity, 1, limits::max_sparse_size, "the limit");
   const sparse_stage& s = p.stage;
-  at_least("stage.chunk_len", s.chunk_len, 1);
-  at_least("stage.prev", s.prev, 0);
-  at_least("stage.end", s.end, static_cast<std::int64_t>(s.prev) + 1);
+  between("stage.chunk_len", s.chunk_len, 1, limits::max_keys, "the limit");
+  between("stage.prev", s.prev, 0, limits::max_keys, "the limit");
+  between("stage.end", s.end, static_cast<std::int64_t>(s.prev) + 1, limits::max_keys, "the limit");
   at_least("stage.chunk_q_len", s.chunk_q_len, 1);
   at_most("stage.chunk_q_len", s.chunk_q_len, s.end - s.prev, "the chunk length end - prev");
   if (s.kind == stage_kind::succ) {
@@ -220,13 +234,15 @@ void validate_contents_host(const sparse_stage_params& p) {
     at_most(indexed("slash_count", h), s, p.slash_stride, "slash_stride");
     at_least(indexed("vertical_size", h), p.vertical_size[h], 0);
     at_least(indexed("slash_size", h), p.slash_size[h], 0);
+    // Key positions of the stage's keys: [0, end), as the kernel requires.
     for (std::int32_t i = 0; i < v; ++i) {
-      at_least(indexed("vertical", h, i),
-               p.vertical[static_cast<std::int64_t>(h) * p.vertical_stride + i], 0);
+      in_range(indexed("vertical", h, i),
+               p.vertical[static_cast<std::int64_t>(h) * p.vertical_stride + i], 0, p.stage.end,
+               "stage.end");
     }
     for (std::int32_t i = 0; i < s; ++i) {
-      at_least(indexed("slash", h, i), p.slash[static_cast<std::int64_t>(h) * p.slash_stride + i],
-               0);
+      in_range(indexed("slash", h, i), p.slash[static_cast<std::int64_t>(h) * p.slash_stride + i],
+               0, p.stage.end, "stage.end");
     }
   }
 }
@@ -241,9 +257,9 @@ void sparse_stage_host(const sparse_stage_params& p) {
 
 std::int32_t sparse_fallback_host(std::int32_t seq_len, std::int32_t max_count, std::int32_t* out,
                                   std::int32_t capacity, guard_word* guard) {
-  at_least("seq_len", seq_len, 0);
-  at_least("max_count", max_count, 0);
-  at_least("capacity", capacity, 1);
+  between("seq_len", seq_len, 0, limits::max_keys, "the limit");
+  between("max_count", max_count, 0, limits::max_sparse_size, "the limit");
+  between("capacity", capacity, 1, limits::max_sparse_size, "the limit");
   not_null("out", out);
   return kernels::sparse_fallback(seq_len, max_count, out, capacity, guard, 0);
 }

@@ -1,5 +1,13 @@
 // Per-head code of the sparse vertical/slash stage staging and its capacity-capped fallback
 // (docs/metadata.md section 6). Host+device.
+//
+// Preconditions (validate(sparse_stage_params); ranges in limits.hpp): 1 <= heads <= 2^16,
+// strides and capacities in [0, 2^24] (capacities >= 1), a well-formed stage with
+// 0 <= prev < end <= 2^30, 1 <= chunk_len <= 2^30, 1 <= chunk_q_len <= end - prev. Input
+// contents (counts, sizes, indices) live in device memory and are checked here: a head with an
+// out-of-range value is not written at all and a bad_input violation is recorded. Every index
+// is then in [0, end), so every mapping below is in [0, end) too; it is computed in int64 all
+// the same.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +27,8 @@ SPECGRAPH_HD std::int32_t sparse_fallback(std::int32_t seq_len, std::int32_t max
                                           std::int32_t row) {
   const std::int32_t count = max_count < seq_len ? max_count : seq_len;
   if (count <= 0) return 0;
-  std::int32_t step = (seq_len + count - 1) / count;
+  // int64: seq_len + count - 1 can exceed int32 for seq_len near INT32_MAX.
+  std::int64_t step = (static_cast<std::int64_t>(seq_len) + count - 1) / count;
   if (step < 1) step = 1;
   std::int32_t written = 0;
   for (std::int32_t i = 0; i < count; ++i) {
@@ -44,52 +53,44 @@ struct sparse_stage_kernel {
   static std::int64_t rows(const params& p) { return p.heads; }
 
   // Maps one vertical index into the stage, or returns false when it is not selected.
-  SPECGRAPH_HD static bool map_vertical(const sparse_stage& s, std::int32_t v, std::int32_t* out) {
+  // The arithmetic is int64 (stage fields and indices are below 2^30, so it never comes near
+  // overflow), and a mapped index is stored only when it lies in [0, end).
+  SPECGRAPH_HD static bool map_vertical(const sparse_stage& s, std::int64_t v, std::int32_t* out) {
+    const std::int64_t prev = s.prev, chunk = s.chunk_len;
+    std::int64_t mapped = -1;
     switch (s.kind) {
       case stage_kind::intra:
-        if (v >= s.prev) {
-          *out = v - s.prev;
-          return true;
-        }
-        return false;
+        if (v >= prev) mapped = v - prev;
+        break;
       case stage_kind::succ:
-        if (v >= s.prev - s.chunk_len && v < s.prev) {
-          *out = v - (s.prev - s.chunk_len);
-          return true;
-        }
-        return false;
+        if (v >= prev - chunk && v < prev) mapped = v - (prev - chunk);
+        break;
       case stage_kind::inter:
-        if (v < s.prev - s.chunk_len) {
-          *out = v;
-          return true;
-        }
-        return false;
+        if (v < prev - chunk) mapped = v;
+        break;
     }
-    return false;
+    if (mapped < 0 || mapped >= s.end) return false;
+    *out = static_cast<std::int32_t>(mapped);
+    return true;
   }
 
-  SPECGRAPH_HD static bool map_slash(const sparse_stage& s, std::int32_t x, std::int32_t* out) {
+  SPECGRAPH_HD static bool map_slash(const sparse_stage& s, std::int64_t x, std::int32_t* out) {
+    const std::int64_t prev = s.prev, chunk = s.chunk_len, q = s.chunk_q_len, end = s.end;
+    std::int64_t mapped = -1;
     switch (s.kind) {
       case stage_kind::intra:
-        if (x >= s.prev) {
-          *out = (s.end - 1) - x;
-          return true;
-        }
-        return false;
+        if (x >= prev) mapped = (end - 1) - x;
+        break;
       case stage_kind::succ:
-        if (x >= s.prev - s.chunk_len && x < s.prev + s.chunk_q_len) {
-          *out = (s.prev + s.chunk_q_len - 1) - x;
-          return true;
-        }
-        return false;
+        if (x >= prev - chunk && x < prev + q) mapped = (prev + q - 1) - x;
+        break;
       case stage_kind::inter:
-        if (x < s.prev - s.chunk_len + s.chunk_q_len) {
-          *out = (s.prev - s.chunk_len + s.chunk_q_len - 1) - x;
-          return true;
-        }
-        return false;
+        if (x < prev - chunk + q) mapped = (prev - chunk + q - 1) - x;
+        break;
     }
-    return false;
+    if (mapped < 0 || mapped >= end) return false;
+    *out = static_cast<std::int32_t>(mapped);
+    return true;
   }
 
   SPECGRAPH_HD static std::int32_t key_length(const sparse_stage& s) {
@@ -148,12 +149,29 @@ struct sparse_stage_kernel {
       guard_record(p.guard, violation_kind::bad_input, id, h, -1, 0, vsize < 0 ? vsize : ssize);
       return;
     }
-    p.out_vertical_count[h] = stage_one<true>(p, h, p.vertical + row64 * p.vertical_stride, vcount,
-                                              vsize, p.out_vertical + row64 * p.vertical_capacity,
-                                              p.vertical_capacity, vertical_sentinel);
+    // The engine's selected indices are key positions: each must lie in [0, end) (the keys this
+    // stage has seen). Columns: vertical entries as is, slash entries after vertical_stride.
+    const std::int32_t* vin = p.vertical + row64 * p.vertical_stride;
+    const std::int32_t* sin = p.slash + row64 * p.slash_stride;
+    for (std::int32_t i = 0; i < vcount; ++i) {
+      if (vin[i] < 0 || vin[i] >= p.stage.end) {
+        guard_record(p.guard, violation_kind::bad_input, id, h, i, p.stage.end, vin[i]);
+        return;
+      }
+    }
+    for (std::int32_t i = 0; i < scount; ++i) {
+      if (sin[i] < 0 || sin[i] >= p.stage.end) {
+        guard_record(p.guard, violation_kind::bad_input, id, h, p.vertical_stride + i, p.stage.end,
+                     sin[i]);
+        return;
+      }
+    }
+    p.out_vertical_count[h] =
+        stage_one<true>(p, h, vin, vcount, vsize, p.out_vertical + row64 * p.vertical_capacity,
+                        p.vertical_capacity, vertical_sentinel);
     p.out_slash_count[h] =
-        stage_one<false>(p, h, p.slash + row64 * p.slash_stride, scount, ssize,
-                         p.out_slash + row64 * p.slash_capacity, p.slash_capacity, slash_sentinel);
+        stage_one<false>(p, h, sin, scount, ssize, p.out_slash + row64 * p.slash_capacity,
+                         p.slash_capacity, slash_sentinel);
   }
 };
 

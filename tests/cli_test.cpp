@@ -86,7 +86,7 @@ TEST(CliExpand, InvalidInputIsOneLineNamingTheField) {
       {R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[1],[2,3]],"capacity":1})",
        "cache_loc: 2 rows, expected batch * topk = 1"},
       {R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[0],"cache_loc":[[1]],"capacity":1,"step":3})",
-       "step: unknown key"},
+       "'step': unknown key"},
       {R"({"page_size":4,)", "invalid JSON at byte"},
   };
   for (const auto& c : cases) {
@@ -96,6 +96,36 @@ TEST(CliExpand, InvalidInputIsOneLineNamingTheField) {
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
   }
+}
+
+// Regressions (issue 11): a declared capacity is validated before anything is sized by it, and
+// output is sized by what is written, so huge capacities neither abort nor take gigabytes.
+TEST(CliMetadata, HugeCapacitiesAreRefusedOrCostNothing) {
+  const result expand =
+      run(metadata_expand, R"({"page_size":4,"topk":1,"decode_length":1,"last_page_len":[0],)"
+                           R"("cache_loc":[[1]],"capacity":2147483647})");
+  EXPECT_EQ(expand.code, 2);
+  EXPECT_NE(expand.err.find("capacity: 2147483647 columns x 1 rows exceeds the limit"),
+            std::string::npos)
+      << expand.err;
+  const result fallback =
+      run(metadata_fallback, R"({"seq_len":48,"max_count":4,"capacity":16777216})");
+  EXPECT_EQ(fallback.code, 0) << fallback.err;
+  EXPECT_EQ(fallback.out, "{\"indices\":[0,12,24,36],\"violations\":[]}\n");
+  const result too_big =
+      run(metadata_fallback, R"({"seq_len":48,"max_count":4,"capacity":2147483647})");
+  EXPECT_EQ(too_big.code, 2);
+  EXPECT_NE(too_big.err.find("capacity: 2147483647 exceeds the limit 16777216"), std::string::npos)
+      << too_big.err;
+  // seq_len + count - 1 overflowed int32: the step must be ceil(2^30 / 2) = 2^29.
+  const result wide =
+      run(metadata_fallback, R"({"seq_len":1073741824,"max_count":2,"capacity":2})");
+  EXPECT_EQ(wide.out, "{\"indices\":[0,536870912],\"violations\":[]}\n") << wide.err;
+  // Echoed keys are escaped and stay on one line.
+  const result key = run(metadata_fallback, "{\"seq\\nlen\":1}");
+  EXPECT_EQ(key.code, 2);
+  EXPECT_NE(key.err.find("'seq\\x0alen': unknown key"), std::string::npos) << key.err;
+  EXPECT_EQ(key.err.find('\n'), key.err.size() - 1) << key.err;
 }
 
 TEST(CliFallback, SpecExamples) {
@@ -142,6 +172,15 @@ TEST(CliPlan, BadValuesNameTheFlag) {
        "--buckets: the largest bucket 4 is below max_batch 16"},
       {{"--page-size"}, "--page-size: missing value"},
       {{"--bogus", "1"}, "unknown flag '--bogus'"},
+      // Regressions (issue 11): no silent truncation, no blaming the wrong flag.
+      {{"--max-batch", "8", "--buckets", "4294967297"},
+       "--buckets: 4294967297 does not fit in int32"},
+      {{"--max-batch", "2147483647"}, "--max-batch: 2147483647 exceeds the limit 1048576"},
+      {{"--max-batch", "8", "--buckets", "2147483647,8"},
+       "--buckets[0]: 2147483647 exceeds max_batch 8"},
+      {{"--max-context", "2147483647"}, "--max-context: 2147483647 exceeds the limit 268435456"},
+      {{"--kv-slots", "8589934593", "--page-size", "1"},
+       "--kv-slots: 8589934593 slots at page_size 1"},
   };
   for (const auto& c : cases) {
     std::ostringstream out, err;

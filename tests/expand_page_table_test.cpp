@@ -354,6 +354,50 @@ TEST_P(ExpandPageTable, BadInputValueInDeviceMemoryLeavesRowUnwritten) {
   EXPECT_EQ(run.table_buffer[6], 7);  // row 1 is fine and written
 }
 
+// Regression (issue 11): a slot whose page id does not fit the int32 table was truncated into a
+// wrong page with no violation (slot 2^33 + 1 at page size 1 gave page 1).
+TEST_P(ExpandPageTable, SlotWhosePageDoesNotFitInt32IsRefusedNotTruncated) {
+  expand_case c;
+  c.cache_loc = {(std::int64_t{1} << 33) + 1, 5};
+  c.cache_loc_stride = 1;
+  c.last_page_len = {0};
+  c.topk = 2;
+  c.page_size = 1;
+  c.decode_length = 1;
+  c.slots_read = 1;
+  c.capacity = 2;
+  const expand_run run = run_expand(*ex, c);
+  ASSERT_EQ(run.guard.violations, 1);
+  EXPECT_EQ(static_cast<violation_kind>(run.guard.kind), violation_kind::bad_input);
+  EXPECT_EQ(run.guard.row, 0);
+  EXPECT_EQ(run.guard.value, (std::int64_t{1} << 33) + 1);
+  EXPECT_EQ(run.table_buffer[2], poison) << "row 0 must not be written";
+  EXPECT_EQ(run.table_buffer[4], 5) << "row 1 is fine";
+}
+
+// Regression (issue 11): at the largest page size a valid round passes the layout check (the
+// expected run count overflowed int32 for huge page sizes and raised a false violation).
+TEST_P(ExpandPageTable, LayoutCheckAtTheLargestPageSizeHasNoFalseViolation) {
+  const std::int32_t ps = 1 << 20, d = 1024, lpl = ps - 1;
+  expand_case c;
+  c.cache_loc_stride = d;
+  for (std::int32_t j = 0; j < d; ++j) {  // j = 0 fills page 7's last slot, the rest page 3
+    c.cache_loc.push_back(j == 0 ? std::int64_t{7} * ps + lpl : std::int64_t{3} * ps + (j - 1));
+  }
+  c.last_page_len = {lpl};
+  c.topk = 1;
+  c.page_size = ps;
+  c.decode_length = d;
+  c.slots_read = d;
+  c.capacity = d + 1;
+  c.layout_batch = 1;
+  const expand_run run = run_expand(*ex, c);
+  EXPECT_EQ(run.guard.violations, 0) << describe(run.guard);
+  EXPECT_EQ(run.table_buffer[static_cast<std::size_t>(run.stride)], 7);
+  EXPECT_EQ(run.table_buffer[static_cast<std::size_t>(run.stride) + 1], 3);
+  EXPECT_EQ(run.seqlen_buffer[1], lpl + d);
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(ExpandPageTable);
 
 // ---- validation: typed errors naming the field, nothing written --------------------------
@@ -420,6 +464,18 @@ TEST(ExpandValidation, RejectsEachBadParameterByName) {
   expect_rejected([](host_expand_fixture& f) { f.p.slot_limit = 32; }, "cache_loc[1][1]",
                   "32 is outside [0, slot_limit 32)");
   expect_rejected([](host_expand_fixture& f) { f.p.guard = nullptr; }, "guard", "null");
+  // Regressions (issue 11): cache_seqlen = last_page_len + decode_length overflowed int32.
+  expect_rejected([](host_expand_fixture& f) { f.p.decode_length = 2147483647; }, "decode_length",
+                  "2147483647 exceeds the limit 1024");
+  expect_rejected([](host_expand_fixture& f) { f.p.page_size = 2147483647; }, "page_size",
+                  "exceeds the limit 1048576");
+  expect_rejected(
+      [](host_expand_fixture& f) {
+        f.p.page_size = 1;
+        f.lpl[0] = 0;
+        f.cache_loc[2] = (std::int64_t{1} << 33) + 1;
+      },
+      "cache_loc[1][0]", "above the int32 page-table limit");
 }
 
 TEST(ExpandValidation, LauncherValidatesBeforeEnqueueing) {

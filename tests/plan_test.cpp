@@ -137,6 +137,19 @@ TEST(Plan, BucketForPicksTheSmallestBucketAtLeastTheBatch) {
   EXPECT_THROW((void)p.bucket_for(0), invalid_argument);
 }
 
+TEST(DefaultBuckets, RejectsOutOfRangeMaxBatchByName) {
+  // default_buckets(INT32_MAX) overflowed its loop before (issue 11).
+  try {
+    (void)default_buckets(2147483647);
+    FAIL() << "expected invalid_argument";
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(e.field(), "max_batch");
+  }
+  const auto big = default_buckets(1 << 20);
+  EXPECT_EQ(big.back(), 1 << 20);
+  EXPECT_TRUE(std::is_sorted(big.begin(), big.end()));
+}
+
 TEST(Plan, InvalidConfigsNameTheField) {
   struct bad {
     void (*mutate)(draft_config&);
@@ -167,6 +180,37 @@ TEST(Plan, InvalidConfigsNameTheField) {
          c.sparse = sparse_config{1, {-1}, {4}, 64};
        },
        "sparse.vertical_size[0]", "-1"},
+      // Regressions (issue 11, found by fuzzing): each of these was accepted before.
+      {[](draft_config& c) {  // the ordering check's previous + 1 wrapped; stage() then overflowed
+         c.max_batch = 1;
+         c.buckets = {2147483647, 1};
+       },
+       "buckets[0]", "2147483647 exceeds max_batch 1"},
+      {[](draft_config& c) {
+         c.buckets = {1, 8, 64};
+       },
+       "buckets[2]", "64 exceeds max_batch 32"},
+      {[](draft_config& c) { c.max_context_len = 2147483647; }, "max_context_len",
+       "2147483647 exceeds the limit 268435456"},
+      {[](draft_config& c) {
+         c.max_batch = 1 << 20;
+         c.topk = 1024;
+       },
+       "max_batch", "exceeds the limit 16777216"},
+      {[](draft_config& c) {  // page ids above int32 were truncated into the tables
+         c.page_size = 1;
+         c.kv_slots = (std::int64_t{1} << 33) + 2;
+       },
+       "kv_slots", "above the int32 page-table limit 2147483647"},
+      {[](draft_config& c) { c.page_size = 2147483647; }, "page_size",
+       "2147483647 exceeds the limit 1048576"},
+      {[](draft_config& c) {  // an allocation that cannot succeed is refused by name first
+         c.max_batch = 1 << 20;
+         c.topk = 1;
+         c.max_context_len = 1 << 28;
+         c.page_size = 1;
+       },
+       "max_context_len", "the arena would need"},
   };
   for (const bad& b : cases) {
     draft_config c = config();

@@ -720,6 +720,26 @@ TEST_P(Runtime, RefusesFurtherWorkAfterACudaError) {
   }
 }
 
+// Regression (issue 11): allocations of 10^11 bytes and more were attempted and failed as a
+// plain specgraph::error; an arena larger than the executor's memory is refused by name first.
+TEST_P(Runtime, AnArenaLargerThanTheExecutorsMemoryIsRefusedBeforeAllocating) {
+  draft_config c = small_config(1);
+  c.max_batch = 1 << 20;
+  c.topk = 1;
+  c.max_context_len = 1 << 16;  // prefix table: 2^20 x 2^16 int32 = 256 GiB
+  c.pool_rows = 1;
+  std::vector<std::int32_t> rtt(1, 0);
+  const std::int64_t allocations = ex->counters().allocations;
+  try {
+    draft_runtime rt(*ex, c, engine_tables{rtt.data()});
+    ADD_FAILURE() << "a 256 GiB arena cannot be allocated";
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(e.field(), "arena") << e.what();
+    EXPECT_NE(std::string(e.what()).find("bytes of memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ex->counters().allocations, allocations) << "no allocation may be attempted";
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(Runtime);
 
 }  // namespace

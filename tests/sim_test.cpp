@@ -1,8 +1,11 @@
 // The main job's workload: the simulated engine's attention kernels against a dense float64
 // reference, the whole run's counts, and a deliberately corrupted page table caught by
 // verification.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -255,6 +258,29 @@ TEST(RunCommand, SmallRunPrintsAPassingReportAndJson) {
   EXPECT_TRUE(doc.members.at("verification").members.at("passed").boolean);
 }
 
+// "--checked=0" turned checking on (issue 11): it means off.
+TEST(RunCommand, CheckedFlagTakesAnExplicitBoolean) {
+  std::ostringstream out, err;
+  const std::string json_path = (std::filesystem::temp_directory_path() /
+                                 ("specgraph_checked_" + std::to_string(::getpid()) + ".json"))
+                                    .string();
+  for (const auto& [flag, want] : {std::pair<std::string, bool>{"--checked=0", false},
+                                   {"--checked=on", true},
+                                   {"--checked", true}}) {
+    ASSERT_EQ(
+        tools::run_command({"--executor", "host", "--rounds", "2", "--max-batch", "2",
+                            "--max-context", "32", "--verify", "none", flag, "--json", json_path},
+                           out, err),
+        0)
+        << err.str();
+    std::ifstream in(json_path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const tools::json doc = tools::json::parse(text);
+    EXPECT_EQ(doc.members.at("config").members.at("checked").boolean, want) << flag;
+  }
+  std::filesystem::remove(json_path);
+}
+
 TEST(RunCommand, BadFlagsAreOneLineNamingTheFlagWithExitCode2) {
   const struct {
     std::vector<std::string> args;
@@ -269,7 +295,13 @@ TEST(RunCommand, BadFlagsAreOneLineNamingTheFlagWithExitCode2) {
       {{"--rounds"}, "--rounds: missing value"},
       {{"--frobnicate", "1"}, "unknown flag '--frobnicate'"},
       {{"--max-context", "1048576", "--max-batch", "512"},
-       "--max-context: the simulated KV pool would need"},
+       "--max-context: the simulated run would need"},
+      // Regressions (issue 11): a boolean flag parses strictly; echoed text is escaped.
+      {{"--checked=maybe"}, "--checked: 'maybe' is not one of 1, true, on, 0, false, off"},
+      {{"--executor", "tp\nu"}, "--executor: 'tp\\x0au' is not one of"},
+      {{"--json", "/nonexistent-specgraph-dir/run.json"},
+       "--json: cannot write '/nonexistent-specgraph-dir/run.json'"},
+      {{"--dump-graphs", "/proc/specgraph-graphs"}, "--dump-graphs: cannot write into"},
   };
   for (const auto& c : cases) {
     std::ostringstream out, err;

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/sparse_indices.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/metadata.hpp"
 #include "tests/test_support.hpp"
@@ -121,9 +122,10 @@ stage_run run_stage(executor& ex, const sparse_stage& s,
                     const std::vector<std::vector<std::int32_t>>& vertical,
                     const std::vector<std::vector<std::int32_t>>& slash,
                     const std::vector<std::int32_t>& vsizes,
-                    const std::vector<std::int32_t>& ssizes, std::int32_t vcap, std::int32_t scap) {
+                    const std::vector<std::int32_t>& ssizes, std::int32_t vcap, std::int32_t scap,
+                    std::int32_t min_stride = 0) {
   const auto heads = static_cast<std::int32_t>(vertical.size());
-  std::int32_t vstride = 0, sstride = 0;
+  std::int32_t vstride = min_stride, sstride = min_stride;
   for (const auto& v : vertical) vstride = std::max(vstride, static_cast<std::int32_t>(v.size()));
   for (const auto& x : slash) sstride = std::max(sstride, static_cast<std::int32_t>(x.size()));
   std::vector<std::int32_t> vflat(static_cast<std::size_t>(heads * vstride), -1),
@@ -355,6 +357,48 @@ TEST_P(SparseStage, OverfullSelectionIsCappedAndRecorded) {
 }
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(SparseStage);
+
+// Regression (issue 11): the stage kernel stored negative indices from the engine's selection
+// (slash INT32_MIN mapped to 14 - INT32_MIN, vertical -5) and left the guard clean. Indices are
+// key positions in [0, end): anything else is bad input and the head is not written.
+TEST_P(SparseStage, OutOfRangeSelectedIndicesAreRefusedAndTheHeadLeftUnwritten) {
+  sparse_stage s;
+  s.kind = stage_kind::intra;
+  s.prev = 0;
+  s.end = 15;
+  s.chunk_len = 15;
+  s.chunk_q_len = 15;
+  const struct {
+    std::vector<std::int32_t> vertical, slash;
+    std::int32_t column;
+    std::int64_t value;
+  } cases[] = {
+      {{1, 2}, {3, INT32_MIN}, 4 + 1, INT32_MIN},  // slash entries follow vertical_stride 4
+      {{1, -5}, {3}, 1, -5},
+      {{15}, {}, 0, 15},  // == end: not a key this stage has seen
+  };
+  for (const auto& c : cases) {
+    const stage_run run =
+        run_stage(*ex, s, {{0, 1}, c.vertical}, {{2}, c.slash}, {4, 4}, {4, 4}, 4, 4, /*stride=*/4);
+    ASSERT_EQ(run.guard.violations, 1) << describe(run.guard);
+    EXPECT_EQ(static_cast<violation_kind>(run.guard.kind), violation_kind::bad_input);
+    EXPECT_EQ(run.guard.row, 1);
+    EXPECT_EQ(run.guard.column, c.column);
+    EXPECT_EQ(run.guard.value, c.value);
+    for (std::int32_t col = 0; col < 4; ++col) {
+      EXPECT_EQ(run.vertical[static_cast<std::size_t>(4 + col)], -5) << "head 1 written";
+      EXPECT_EQ(run.slash[static_cast<std::size_t>(4 + col)], -5) << "head 1 written";
+    }
+    EXPECT_EQ(run.vertical[0], 0) << "head 0 is fine and staged";
+  }
+}
+
+// Regression (issue 11): the fallback's step, (seq_len + count - 1) / count, overflowed int32.
+TEST(SparseFallback, StepIsComputedWithoutOverflow) {
+  std::vector<std::int32_t> out(2, -1);
+  EXPECT_EQ(kernels::sparse_fallback(2147483647, 2, out.data(), 2, nullptr, 0), 2);
+  EXPECT_EQ(out, (std::vector<std::int32_t>{0, 1073741824}));
+}
 
 TEST(SparseValidation, RejectsBadStagesByName) {
   std::vector<std::int32_t> in{1}, count{1}, sizes{4}, out(4), out_count(1);

@@ -1,5 +1,7 @@
 #include "tools/json.hpp"
 
+#include "tools/cli_text.hpp"
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -85,7 +87,7 @@ class parser {
     } else if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) {
       v = number();
     } else {
-      fail(std::string("unexpected character '") + c + "'");
+      fail("unexpected character " + echo(std::string(1, c)));
     }
     return v;
   }
@@ -137,12 +139,12 @@ class parser {
     v.type = json::kind::number;
     char* end = nullptr;
     v.number = std::strtod(lexeme.c_str(), &end);
-    if (end == lexeme.c_str() || *end != '\0') fail("malformed number '" + lexeme + "'");
+    if (end == lexeme.c_str() || *end != '\0') fail("malformed number " + echo(lexeme));
     v.integral = integral;
     if (integral) {
       errno = 0;
       v.integer = std::strtoll(lexeme.c_str(), &end, 10);
-      if (errno == ERANGE) fail("integer out of range '" + lexeme + "'");
+      if (errno == ERANGE) fail("integer out of range " + echo(lexeme));
     }
     return v;
   }
@@ -182,7 +184,7 @@ void expect_only_keys(const json& object, const std::vector<std::string>& allowe
     if (!known) {
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      throw json_error(key + ": unknown key (expected one of " + list + ")");
+      throw json_error(echo(key) + ": unknown key (expected one of " + list + ")");
     }
   }
 }

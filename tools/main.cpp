@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "specgraph/error.hpp"
+#include "tools/cli_text.hpp"
 #include "tools/metadata_command.hpp"
 #include "tools/plan_command.hpp"
 #include "tools/run_command.hpp"
@@ -19,10 +21,7 @@ constexpr const char* usage =
     "  metadata fallback   read a sparse-fallback case as JSON on stdin, print the indices\n"
     "  help                this text\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
+int dispatch(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     std::cout << usage;
     return args.empty() ? 2 : 0;
@@ -41,8 +40,27 @@ int main(int argc, char** argv) {
   if (args[0] == "metadata" && args.size() == 2 && args[1] == "fallback") {
     return specgraph::tools::metadata_fallback(std::cin, std::cout, std::cerr);
   }
-  std::cerr << "specgraph: error: unknown command '";
-  for (std::size_t i = 0; i < args.size(); ++i) std::cerr << (i ? " " : "") << args[i];
-  std::cerr << "' (run 'specgraph help')\n";
+  std::string command;
+  for (std::size_t i = 0; i < args.size(); ++i) command += (i ? " " : "") + args[i];
+  std::cerr << "specgraph: error: unknown command " << specgraph::tools::echo(command)
+            << " (run 'specgraph help')\n";
   return 2;
+}
+
+}  // namespace
+
+// Every exception ends as one line and an exit status: 2 for bad input, 1 for anything else.
+int main(int argc, char** argv) {
+  try {
+    return dispatch(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const specgraph::invalid_argument& e) {
+    std::cerr << "specgraph: error: " << specgraph::tools::one_line(e.what()) << '\n';
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "specgraph: error: " << specgraph::tools::one_line(e.what()) << '\n';
+    return 1;
+  } catch (...) {
+    std::cerr << "specgraph: error: unknown exception\n";
+    return 1;
+  }
 }

@@ -1,5 +1,6 @@
 #include "tools/metadata_command.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <istream>
 #include <iterator>
@@ -12,7 +13,9 @@
 #include "kernels/expand_page_table.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/guard.hpp"
+#include "specgraph/limits.hpp"
 #include "specgraph/metadata.hpp"
+#include "tools/cli_text.hpp"
 #include "tools/json.hpp"
 
 namespace specgraph::tools {
@@ -52,17 +55,32 @@ void write_violation(std::ostream& out, const guard_word& g) {
       << ",\"value\":" << g.value << ",\"count\":" << g.violations << '}';
 }
 
+// The table cells one `metadata expand` may print: the inspection tool is for crash dumps of a
+// few rows, not for tables of gigabytes (which a declared capacity alone could demand).
+constexpr std::int64_t max_output_cells = std::int64_t{1} << 24;
+
 template <class Body>
 int guarded(std::ostream& err, Body body) {
   try {
     body();
     return 0;
   } catch (const json_error& e) {
-    err << "specgraph: error: " << e.what() << '\n';
+    err << "specgraph: error: " << one_line(e.what()) << '\n';
   } catch (const invalid_argument& e) {
-    err << "specgraph: error: " << e.what() << '\n';
+    err << "specgraph: error: " << one_line(e.what()) << '\n';
   }
   return 2;
+}
+
+void check_output_size(std::int32_t capacity, std::int64_t rows) {
+  if (capacity < 1)
+    throw json_error("capacity: " + std::to_string(capacity) + " is below the minimum 1");
+  // rows <= the input's size and capacity <= INT32_MAX: the product fits int64.
+  if (rows * capacity > max_output_cells) {
+    throw json_error("capacity: " + std::to_string(capacity) + " columns x " +
+                     std::to_string(rows) + " rows exceeds the limit of " +
+                     std::to_string(max_output_cells) + " table cells");
+  }
 }
 
 }  // namespace
@@ -80,15 +98,20 @@ int metadata_expand(std::istream& in, std::ostream& out, std::ostream& err) {
     const json* slots_read = member(doc, "slots_read");
     p.slots_read = slots_read ? as_int32(*slots_read, "slots_read") : p.decode_length;
 
+    // Fields are named variables (not temporaries) so no reference below binds to the result of
+    // a call that was given a temporary (GCC 13's -Wdangling-reference).
+    const std::string lpl_field = "last_page_len", rows_field = "cache_loc";
     std::vector<std::int32_t> last_page_len;
-    const auto& lpl = as_array(required(doc, "last_page_len"), "last_page_len");
+    const json& lpl_value = required(doc, lpl_field);
+    const std::vector<json>& lpl = as_array(lpl_value, lpl_field);
     for (std::size_t i = 0; i < lpl.size(); ++i) {
       last_page_len.push_back(as_int32(lpl[i], "last_page_len[" + std::to_string(i) + "]"));
     }
     if (last_page_len.empty()) throw json_error("last_page_len: empty (batch must be >= 1)");
     p.batch = static_cast<std::int32_t>(last_page_len.size());
 
-    const auto& rows = as_array(required(doc, "cache_loc"), "cache_loc");
+    const json& rows_value = required(doc, rows_field);
+    const std::vector<json>& rows = as_array(rows_value, rows_field);
     const std::int64_t want_rows = static_cast<std::int64_t>(p.batch) * std::max(p.topk, 1);
     if (static_cast<std::int64_t>(rows.size()) != want_rows) {
       throw json_error("cache_loc: " + std::to_string(rows.size()) +
@@ -98,7 +121,7 @@ int metadata_expand(std::istream& in, std::ostream& out, std::ostream& err) {
     std::size_t width = 0;
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const std::string field = "cache_loc[" + std::to_string(r) + "]";
-      const auto& row = as_array(rows[r], field);
+      const std::vector<json>& row = as_array(rows[r], field);
       if (r == 0) width = row.size();
       if (row.size() != width) {
         throw json_error(field + ": " + std::to_string(row.size()) +
@@ -112,8 +135,10 @@ int metadata_expand(std::istream& in, std::ostream& out, std::ostream& err) {
     p.cache_loc = cache_loc.data();
     p.last_page_len = last_page_len.data();
 
+    // Validate the parameters before sizing anything by them (pointers are set below).
+    check_output_size(p.capacity, want_rows);
     const std::size_t n_rows = static_cast<std::size_t>(want_rows);
-    std::vector<std::int32_t> table(n_rows * static_cast<std::size_t>(std::max(p.capacity, 0)), 0);
+    std::vector<std::int32_t> table(n_rows * static_cast<std::size_t>(p.capacity), 0);
     std::vector<std::int32_t> cache_seqlen(n_rows, 0);
     guard_word guard{};
     p.page_table = table.data();
@@ -158,7 +183,10 @@ int metadata_fallback(std::istream& in, std::ostream& out, std::ostream& err) {
     const std::int32_t seq_len = as_int32(required(doc, "seq_len"), "seq_len");
     const std::int32_t max_count = as_int32(required(doc, "max_count"), "max_count");
     const std::int32_t capacity = as_int32(required(doc, "capacity"), "capacity");
-    std::vector<std::int32_t> indices(static_cast<std::size_t>(std::max(capacity, 1)), 0);
+    // Sized by what can be written, min(capacity, max_count, seq_len), never by the declared
+    // capacity alone; the ranges themselves are checked by sparse_fallback_host.
+    const std::int32_t most = std::max(1, std::min({capacity, max_count, seq_len}));
+    std::vector<std::int32_t> indices(static_cast<std::size_t>(most), 0);
     guard_word guard{};
     const std::int32_t n =
         sparse_fallback_host(seq_len, max_count, indices.data(), capacity, &guard);

@@ -1,5 +1,6 @@
 #include "tools/plan_command.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <ostream>
@@ -8,6 +9,7 @@
 
 #include "specgraph/error.hpp"
 #include "specgraph/plan.hpp"
+#include "tools/cli_text.hpp"
 
 namespace specgraph::tools {
 namespace {
@@ -25,7 +27,7 @@ std::int64_t number(const std::string& flag, const std::string& text) {
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE) {
-    throw invalid_argument(flag, flag + ": '" + text + "' is not an integer");
+    throw invalid_argument(flag, flag + ": " + echo(text) + " is not an integer");
   }
   return v;
 }
@@ -64,13 +66,13 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
       }
       if (i + 1 >= args.size()) throw invalid_argument(flag, flag + ": missing value");
       const std::string& value = args[++i];
-      auto int32 = [&] {
-        const std::int64_t v = number(flag, value);
+      auto fit_int32 = [&](std::int64_t v) {
         if (v < -(1LL << 31) || v >= (1LL << 31)) {
-          throw invalid_argument(flag, flag + ": " + value + " does not fit in int32");
+          throw invalid_argument(flag, flag + ": " + std::to_string(v) + " does not fit in int32");
         }
         return static_cast<std::int32_t>(v);
       };
+      auto int32 = [&] { return fit_int32(number(flag, value)); };
       if (flag == "--max-batch") {
         c.max_batch = int32();
       } else if (flag == "--topk") {
@@ -88,14 +90,16 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
       } else if (flag == "--buckets") {
         std::stringstream list(value);
         std::string item;
-        while (std::getline(list, item, ',')) {
-          c.buckets.push_back(static_cast<std::int32_t>(number(flag, item)));
-        }
+        while (std::getline(list, item, ',')) c.buckets.push_back(fit_int32(number(flag, item)));
       } else {
-        throw invalid_argument(flag, "unknown flag '" + flag + "' (see specgraph plan --help)");
+        throw invalid_argument(flag, "unknown flag " + echo(flag) + " (see specgraph plan --help)");
       }
     }
-    c.pool_rows = pool_rows >= 0 ? static_cast<std::int32_t>(pool_rows) : c.max_batch + 1;
+    // The default pool (max_batch + 1 rows, row 0 reserved) computed in int64: a max_batch out of
+    // range is then reported as --max-batch by validate(), not as a wrapped --pool-rows.
+    c.pool_rows = pool_rows >= 0 ? static_cast<std::int32_t>(pool_rows)
+                                 : static_cast<std::int32_t>(std::min<std::int64_t>(
+                                       static_cast<std::int64_t>(c.max_batch) + 1, 1LL << 30));
     const plan p = make_plan(c);
     out << (json ? p.report_json() + "\n" : p.report_text());
     return 0;
@@ -108,7 +112,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         break;
       }
     }
-    err << "specgraph: error: " << message << '\n';
+    err << "specgraph: error: " << one_line(message) << '\n';
     return 2;
   }
 }

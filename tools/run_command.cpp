@@ -16,6 +16,8 @@
 
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
+#include "specgraph/plan.hpp"
+#include "tools/cli_text.hpp"
 #include "tools/json.hpp"
 #include "tools/sim/sim_engine.hpp"
 
@@ -60,13 +62,51 @@ std::int64_t parse_int(const std::string& flag, const std::string& text, std::in
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE) {
-    throw flag_error(flag + ": '" + text + "' is not an integer");
+    throw flag_error(flag + ": " + echo(text) + " is not an integer");
   }
   if (v < lo || v > hi) {
     throw flag_error(flag + ": " + text + " is outside [" + std::to_string(lo) + ", " +
                      std::to_string(hi) + "]");
   }
   return v;
+}
+
+// Everything the simulated run allocates, host and executor memory together (on the host
+// executor both are this machine's RAM), computed in double so no product can overflow. Mirrors
+// the allocations of tools/sim/sim_engine.cpp.
+void check_memory(const sim::sim_options& o) {
+  const double ps = o.page_size, hd = static_cast<double>(o.heads) * o.head_dim;
+  const double rows = static_cast<double>(o.max_batch) * o.topk;
+  const double request_pages = o.max_batch * std::ceil(o.max_context / ps);
+  const double branch_pages = rows * std::ceil((ps - 1 + o.num_steps) / ps);
+  const double slots = (2 + 1.5 * (request_pages + branch_pages)) * ps;
+  double bytes = 2 * slots * hd * 4;                     // K and V pools
+  bytes += 2.0 * (o.max_batch + 1) * o.max_context * 4;  // req_to_token, host + device
+  bytes += 2.0 * o.max_batch * o.max_context * hd * 4;   // host K/V ground truth
+  bytes += 6.0 * rows * o.num_steps * hd * 4;            // q/k/v sources, host + device
+  bytes += rows * hd * 4 * (2 + o.num_steps);            // attention outputs
+  bytes += rows * o.heads * 4 * (2 + o.num_steps);       // log-sum-exp outputs
+  bytes += 3.0 * rows * o.num_steps * hd * 4;            // verification copies
+  draft_config c;
+  c.max_batch = o.max_batch;
+  c.topk = o.topk;
+  c.num_steps = o.num_steps;
+  c.page_size = o.page_size;
+  c.max_context_len = o.max_context;
+  c.pool_rows = o.max_batch + 1;
+  c.kv_slots = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(slots, 1e18)));
+  try {
+    bytes += static_cast<double>(make_plan(c).total_bytes);
+  } catch (const invalid_argument& e) {
+    throw flag_error(std::string("the configuration is out of range: ") + e.what());
+  }
+  const double gib = bytes / (1024.0 * 1024 * 1024);
+  if (gib > 8.0) {
+    std::ostringstream m;
+    m << std::fixed << std::setprecision(1) << "--max-context: the simulated run would need " << gib
+      << " GiB (limit 8 GiB); lower --max-context, --max-batch, --heads or --head-dim";
+    throw flag_error(m.str());
+  }
 }
 
 parsed parse(const std::vector<std::string>& args) {
@@ -81,7 +121,7 @@ parsed parse(const std::vector<std::string>& args) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
     } else if (!switches.count(flag)) {
-      if (flag.rfind("--", 0) != 0) throw flag_error("unexpected argument '" + flag + "'");
+      if (flag.rfind("--", 0) != 0) throw flag_error("unexpected argument " + echo(flag));
       if (i + 1 >= args.size()) throw flag_error(flag + ": missing value");
       value = args[++i];
     }
@@ -91,10 +131,17 @@ parsed parse(const std::vector<std::string>& args) {
     if (flag == "--help" || flag == "-h") {
       p.help = true;
     } else if (flag == "--checked") {
-      o.checked = true;
+      // A bare switch, or an explicit boolean: "--checked=0" means off, never on.
+      if (eq == std::string::npos || value == "1" || value == "true" || value == "on") {
+        o.checked = true;
+      } else if (value == "0" || value == "false" || value == "off") {
+        o.checked = false;
+      } else {
+        throw flag_error("--checked: " + echo(value) + " is not one of 1, true, on, 0, false, off");
+      }
     } else if (flag == "--executor") {
       if (value != "host" && value != "cuda" && value != "auto") {
-        throw flag_error("--executor: '" + value + "' is not one of host, cuda, auto");
+        throw flag_error("--executor: " + echo(value) + " is not one of host, cuda, auto");
       }
       o.executor = value;
     } else if (flag == "--max-batch") {
@@ -127,7 +174,7 @@ parsed parse(const std::vector<std::string>& args) {
       } else if (value == "none") {
         o.verify = sim::sim_options::verify_mode::none;
       } else {
-        throw flag_error("--verify: '" + value + "' is not one of all, sample, none");
+        throw flag_error("--verify: " + echo(value) + " is not one of all, sample, none");
       }
     } else if (flag == "--verify-every") {
       o.verify_every = num(1, 1 << 24);
@@ -136,7 +183,7 @@ parsed parse(const std::vector<std::string>& args) {
     } else if (flag == "--dump-graphs") {
       p.dot_dir = value;
     } else {
-      throw flag_error("unknown flag '" + flag + "' (see specgraph run --help)");
+      throw flag_error("unknown flag " + echo(flag) + " (see specgraph run --help)");
     }
   }
   if (o.min_batch > o.max_batch) {
@@ -148,18 +195,7 @@ parsed parse(const std::vector<std::string>& args) {
   } else if (!depth_text.empty()) {
     o.depth = static_cast<std::int32_t>(parse_int("--depth", depth_text, 1, o.num_steps));
   }
-  // The simulated KV pool lives in one allocation per K and V; keep it within this machine.
-  const double ps = o.page_size;
-  const double pages =
-      o.max_batch * std::ceil(o.max_context / ps) +
-      static_cast<double>(o.max_batch) * o.topk * std::ceil((ps - 1 + o.num_steps) / ps);
-  const double gib = 2.0 * pages * 1.5 * ps * o.heads * o.head_dim * 4.0 / (1024.0 * 1024 * 1024);
-  if (gib > 8.0) {
-    std::ostringstream m;
-    m << std::fixed << std::setprecision(1) << "--max-context: the simulated KV pool would need "
-      << gib << " GiB (limit 8 GiB); lower --max-context, --max-batch, --heads or --head-dim";
-    throw flag_error(m.str());
-  }
+  check_memory(o);
   return p;
 }
 
@@ -239,7 +275,7 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   try {
     p = parse(args);
   } catch (const flag_error& e) {
-    err << "specgraph: error: " << e.what() << '\n';
+    err << "specgraph: error: " << one_line(e.what()) << '\n';
     return 2;
   }
   if (p.help) {
@@ -247,16 +283,35 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
     return 0;
   }
   const sim::sim_options& o = p.options;
+  // The output targets are opened (or probed) before the run, so an unwritable path fails in a
+  // second with a named flag, not after the whole run with an abort.
+  std::ofstream json_out;
+  if (!p.json_path.empty()) {
+    json_out.open(p.json_path);
+    if (!json_out) {
+      err << "specgraph: error: --json: cannot write " << echo(p.json_path) << '\n';
+      return 2;
+    }
+  }
+  if (!p.dot_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(p.dot_dir, ec);
+    const std::filesystem::path probe = std::filesystem::path(p.dot_dir) / ".specgraph-write-test";
+    std::ofstream test(probe);
+    if (ec || !test) {
+      err << "specgraph: error: --dump-graphs: cannot write into " << echo(p.dot_dir) << '\n';
+      return 2;
+    }
+    test.close();
+    std::filesystem::remove(probe, ec);
+  }
   try {
     auto ex = make_executor(o.executor);
     sim::sim_engine engine(*ex, o);
     const plan& pl = engine.runtime().plan();
     sim::run_report report;
     report.capture = engine.capture(progress_bar("capturing"));
-    if (!p.dot_dir.empty()) {
-      std::filesystem::create_directories(p.dot_dir);
-      engine.runtime().write_dot(p.dot_dir);
-    }
+    if (!p.dot_dir.empty()) engine.runtime().write_dot(p.dot_dir);
     const sim::run_report run = engine.run(progress_bar("rounds"));
     const capture_report cap = report.capture;
     report = run;
@@ -299,24 +354,27 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
           << " attention outputs against a float64 dense reference, max relative error "
           << report.max_relative_error << " (tolerance " << o.tolerance << "): PASSED\n";
     }
-    if (!p.json_path.empty()) {
-      std::ofstream j(p.json_path);
-      if (!j) throw error("--json: cannot write '" + p.json_path + "'");
-      write_json(j, p, pl, report);
+    if (json_out.is_open()) {
+      write_json(json_out, p, pl, report);
+      json_out.flush();
+      if (!json_out) throw error("--json: writing " + echo(p.json_path) + " failed");
     }
     return 0;
   } catch (const sim::verification_error& e) {
-    err << "specgraph: " << e.what() << '\n';
+    err << "specgraph: " << one_line(e.what()) << '\n';
     return 1;
   } catch (const guard_violation& e) {
-    err << "specgraph: guard violation: " << e.what() << '\n';
+    err << "specgraph: guard violation: " << one_line(e.what()) << '\n';
     return 1;
   } catch (const unavailable& e) {
-    err << "specgraph: error: --executor: " << e.what() << '\n';
+    err << "specgraph: error: --executor: " << one_line(e.what()) << '\n';
     return 2;
   } catch (const invalid_argument& e) {
-    err << "specgraph: error: " << e.what() << '\n';
+    err << "specgraph: error: " << one_line(e.what()) << '\n';
     return 2;
+  } catch (const std::exception& e) {
+    err << "specgraph: error: " << one_line(e.what()) << '\n';
+    return 1;
   }
 }
 

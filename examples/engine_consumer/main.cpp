@@ -79,9 +79,9 @@ int main() {
   step_metadata(*ex, bufs, 1, 1);
   ex->copy_on_device(own_copy.data(), bufs.expand_page_table(1), own_copy.size());  // "forward"
   const auto engine_graph = ex->instantiate(*ex->end_capture());
-  stage_round(*ex, bufs,
-              {1, inputs.as<std::int32_t>(), inputs.as<std::int32_t>() + 1,
-               inputs.as<std::int64_t>() + 1});
+  stage_round(
+      *ex, bufs,
+      {1, inputs.as<std::int32_t>(), inputs.as<std::int32_t>() + 1, inputs.as<std::int64_t>() + 1});
   ex->launch_graph(*engine_graph);
   std::vector<std::int32_t> composed(6);
   ex->copy_to_host(composed.data(), own_copy.data(), own_copy.size());

@@ -83,6 +83,9 @@ class executor {
   // Allocates `bytes` of executor memory (256-byte aligned). Synchronous; forbidden during
   // capture (capture_violation).
   [[nodiscard]] virtual void* allocate(std::size_t bytes) = 0;
+  // Total executor memory in bytes (the device's memory on CUDA, this machine's RAM on the host
+  // executor): an allocation above it cannot succeed and is refused by name before it is tried.
+  [[nodiscard]] virtual std::size_t memory_capacity() = 0;
   // Frees executor memory. Forbidden during capture (cudaFree synchronises the device).
   virtual void deallocate(void* p) = 0;
   // For destructors: frees now, or, during capture, once the capture has ended. Never throws.

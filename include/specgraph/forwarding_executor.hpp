@@ -19,6 +19,7 @@ class forwarding_executor : public executor {
   const char* name() const noexcept override { return inner_->name(); }
   device_stream stream() const noexcept override { return inner_->stream(); }
   void* allocate(std::size_t bytes) override { return inner_->allocate(bytes); }
+  std::size_t memory_capacity() override { return inner_->memory_capacity(); }
   void deallocate(void* p) override { inner_->deallocate(p); }
   void release(void* p) noexcept override { inner_->release(p); }
   void* allocate_pinned(std::size_t bytes) override { return inner_->allocate_pinned(bytes); }

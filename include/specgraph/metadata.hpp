@@ -138,7 +138,9 @@ void sparse_stage_host(const sparse_stage_params& p);
 // Sparse fallback (docs/metadata.md section 6): evenly spaced indices for an empty selection.
 // count = min(max_count, seq_len); step = max(1, ceil(seq_len / count)); indices 0, step, ...
 // (< seq_len), at most count of them. Writes at most `capacity` entries into `out`; an index
-// that does not fit is recorded in `guard` (may be null). Returns the number written.
+// that does not fit is recorded in `guard` (may be null). Returns the number written, which is
+// at most min(count, capacity): size `out` by that. Ranges: seq_len in [0, 2^30], max_count
+// and capacity in [0, 2^24] (capacity >= 1).
 std::int32_t sparse_fallback_host(std::int32_t seq_len, std::int32_t max_count, std::int32_t* out,
                                   std::int32_t capacity, guard_word* guard);
 
