@@ -140,9 +140,11 @@ void prefix_benchmark(benchmark::State& state, const std::string& kind) {
   device_buffer lpl(ex, static_cast<std::size_t>(bucket) * 4),
       len(ex, static_cast<std::size_t>(bucket) * 4),
       table(ex, static_cast<std::size_t>(bucket) * cols * 4),
-      cu(ex, static_cast<std::size_t>(bucket + 1) * 4), guard(ex, sizeof(guard_word));
+      cu(ex, static_cast<std::size_t>(bucket + 1) * 4), guard(ex, sizeof(guard_word)),
+      refused(ex, static_cast<std::size_t>(bucket) * 4);
   ex.fill_bytes(guard.data(), 0, sizeof(guard_word));
   prefix_params p;
+  p.refused = refused.as<std::int32_t>();
   p.req_to_token = d_rtt.as<std::int32_t>();
   p.req_to_token_stride = ctx;
   p.pool_rows = bucket;

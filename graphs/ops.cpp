@@ -101,6 +101,7 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
   p.cu_seqlens_q = b.cu_seqlens_q();
   p.guard = b.guards() + plan_layout::guard_prefix;
   p.slot_limit = c.kv_slots;
+  p.refused = b.prefix_refused();
   launch_prefix_metadata(ex, p);
 }
 

@@ -178,6 +178,7 @@ plan make_plan(const draft_config& config) {
   l.prefix_page_table =
       a.add("prefix.page_table", all_steps, {max_bucket, prefix_cols}, dtype::int32);
   l.cu_seqlens_q = a.add("prefix.cu_seqlens_q", all_steps, {max_bucket + 1}, dtype::int32);
+  l.prefix_refused = a.add("prefix.refused", all_steps, {max_bucket}, dtype::int32);  // scratch
   // Per-step expand metadata: exactly d + 1 = s + 2 columns.
   for (std::int32_t s = 0; s < c.num_steps; ++s) {
     l.expand_page_table.push_back(a.add("expand.page_table", s, {rows, s + 2}, dtype::int32));

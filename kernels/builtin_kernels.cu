@@ -12,8 +12,11 @@ namespace specgraph::kernels {
 cuda_rows_fn cuda_expand_page_table() {
   return &cuda_rows<expand_page_table_kernel>;
 }
-cuda_rows_fn cuda_prefix_metadata() {
-  return &cuda_rows<prefix_metadata_kernel>;
+cuda_rows_fn cuda_prefix_check() {
+  return &cuda_rows<prefix_check_kernel>;
+}
+cuda_rows_fn cuda_prefix_fill() {
+  return &cuda_rows<prefix_fill_kernel>;
 }
 cuda_rows_fn cuda_sparse_stage() {
   return &cuda_rows<sparse_stage_kernel>;

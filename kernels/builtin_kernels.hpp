@@ -6,7 +6,8 @@
 namespace specgraph::kernels {
 
 cuda_rows_fn cuda_expand_page_table();
-cuda_rows_fn cuda_prefix_metadata();
+cuda_rows_fn cuda_prefix_check();
+cuda_rows_fn cuda_prefix_fill();
 cuda_rows_fn cuda_sparse_stage();
 cuda_rows_fn cuda_stage_inputs();
 

@@ -6,7 +6,10 @@ namespace specgraph::kernels {
 cuda_rows_fn cuda_expand_page_table() {
   return nullptr;
 }
-cuda_rows_fn cuda_prefix_metadata() {
+cuda_rows_fn cuda_prefix_check() {
+  return nullptr;
+}
+cuda_rows_fn cuda_prefix_fill() {
   return nullptr;
 }
 cuda_rows_fn cuda_sparse_stage() {

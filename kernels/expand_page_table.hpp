@@ -22,6 +22,25 @@ struct expand_page_table_kernel {
 
   static std::int64_t rows(const params& p) { return static_cast<std::int64_t>(p.batch) * p.topk; }
 
+  // slot / page_size. Every slot reaching here is in [0, slot_limit); when slot_limit <= 2^32
+  // (any pool of up to 4 G slots) both operands fit uint32 and a 32-bit division gives the same
+  // quotient for a fraction of a 64-bit division's cost on a GPU. The test is uniform across
+  // threads (a launch parameter), so it does not diverge.
+  SPECGRAPH_HD static std::int64_t page_of(const params& p, std::int64_t slot) {
+    if (p.slot_limit <= (std::int64_t{1} << 32)) {
+      return static_cast<std::int64_t>(static_cast<std::uint32_t>(slot) /
+                                       static_cast<std::uint32_t>(p.page_size));
+    }
+    return slot / p.page_size;
+  }
+  SPECGRAPH_HD static std::int64_t offset_of(const params& p, std::int64_t slot) {
+    if (p.slot_limit <= (std::int64_t{1} << 32)) {
+      return static_cast<std::int64_t>(static_cast<std::uint32_t>(slot) %
+                                       static_cast<std::uint32_t>(p.page_size));
+    }
+    return slot % p.page_size;
+  }
+
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
     // row < 2^24 and stride <= 2^31: the offsets below stay far inside int64.
     const auto row = static_cast<std::int32_t>(row64);
@@ -38,7 +57,7 @@ struct expand_page_table_kernel {
     }
     for (std::int32_t j = 0; j < p.slots_read; ++j) {
       const std::int64_t slot = slots[j];
-      if (slot < 0 || slot >= p.slot_limit || slot / p.page_size > max_page_id) {
+      if (slot < 0 || slot >= p.slot_limit || page_of(p, slot) > max_page_id) {
         guard_record(p.guard, violation_kind::bad_input, id, row, j, -1, slot);
         return;
       }
@@ -53,7 +72,7 @@ struct expand_page_table_kernel {
     std::int32_t runs = 0;
     std::int64_t previous_page = -1;
     for (std::int32_t j = 0; j < p.slots_read; ++j) {
-      const std::int64_t page = slots[j] / p.page_size;  // <= max_page_id (checked above)
+      const std::int64_t page = page_of(p, slots[j]);  // <= max_page_id (checked above)
       if (j == 0 || page != previous_page) {
         checked_store(table_row, runs, p.capacity, page, p.guard, id, row);
         ++runs;
@@ -69,11 +88,12 @@ struct expand_page_table_kernel {
         // int64: last_page_len + j < 2^20 + 2^31.
         const std::int64_t expected_offset =
             (static_cast<std::int64_t>(last_page_len) + j) % p.page_size;
-        if (slots[j] % p.page_size != expected_offset) {
+        const std::int64_t offset = offset_of(p, slots[j]);
+        if (offset != expected_offset) {
           // "expected" is the in-page offset the allocation of section 1 implies; "found" the
           // slot's actual offset.
           guard_record(p.guard, violation_kind::layout, id, row, j,
-                       static_cast<std::int32_t>(expected_offset), slots[j] % p.page_size);
+                       static_cast<std::int32_t>(expected_offset), offset);
           return;
         }
       }

@@ -8,19 +8,41 @@
 
 namespace specgraph::kernels {
 
-// Records one violation. The first caller (by the violation counter) fills in the details; later
-// callers only count. On the GPU the counter is an atomic, so concurrent rows race only for who
-// is first, never for the fields. The host executor runs rows sequentially.
+// Whether (row, column) comes before the recorded violation's (row, column).
+SPECGRAPH_HD bool guard_precedes(std::int32_t row, std::int32_t column, std::int32_t other_row,
+                                 std::int32_t other_column) {
+  return row < other_row || (row == other_row && column < other_column);
+}
+
+// Records one violation: every one is counted, and the word keeps the details of the one with
+// the lowest (row, column), so the result does not depend on which thread came first. On the GPU
+// the count is an atomic and the details are updated under a spin lock in the word (violations
+// only happen on bad input, so the lock is never contended in a healthy round; every GPU we
+// build for schedules threads independently, so a lock within a warp cannot deadlock). The host
+// executor runs rows one after another.
 SPECGRAPH_HD void guard_record(guard_word* g, violation_kind kind, kernel_id kernel,
                                std::int32_t row, std::int32_t column, std::int32_t capacity,
                                std::int64_t value) {
   if (g == nullptr) return;
 #if defined(__CUDA_ARCH__)
-  const int previous = atomicAdd(&g->violations, 1);
+  atomicAdd(&g->violations, 1);
+  while (atomicCAS(&g->lock, 0, 1) != 0) {
+  }
+  __threadfence();
+  volatile guard_word* v = g;
+  if (v->kind == 0 || guard_precedes(row, column, v->row, v->column)) {
+    v->kind = static_cast<std::int32_t>(kind);
+    v->kernel = static_cast<std::int32_t>(kernel);
+    v->row = row;
+    v->column = column;
+    v->capacity = capacity;
+    v->value = value;
+  }
+  __threadfence();
+  atomicExch(&g->lock, 0);
 #else
-  const int previous = g->violations++;
-#endif
-  if (previous == 0) {
+  ++g->violations;
+  if (g->kind == 0 || guard_precedes(row, column, g->row, g->column)) {
     g->kind = static_cast<std::int32_t>(kind);
     g->kernel = static_cast<std::int32_t>(kernel);
     g->row = row;
@@ -28,6 +50,7 @@ SPECGRAPH_HD void guard_record(guard_word* g, violation_kind kind, kernel_id ker
     g->capacity = capacity;
     g->value = value;
   }
+#endif
 }
 
 // Stores `value` at row[column] when column < capacity; otherwise skips the store and records a

@@ -182,11 +182,24 @@ void validate_contents_host(const prefix_params& p) {
 }
 
 void launch_prefix_metadata(executor& ex, const prefix_params& p) {
-  launch_builtin<kernels::prefix_metadata_kernel>(ex, p, kernels::cuda_prefix_metadata());
+  validate(p);
+  not_null("refused", p.refused);
+  ex.fill_bytes(p.refused, 0, static_cast<std::size_t>(p.batch) * sizeof(std::int32_t));
+  const std::int64_t cells = kernels::prefix_check_kernel::rows(p);
+  ex.launch(
+      make_kernel_launch<kernels::prefix_check_kernel>(p, cells, kernels::cuda_prefix_check()));
+  ex.launch(make_kernel_launch<kernels::prefix_fill_kernel>(p, cells, kernels::cuda_prefix_fill()));
 }
 
 void prefix_metadata_host(const prefix_params& p) {
-  run_on_host<kernels::prefix_metadata_kernel>(p);
+  validate_contents_host(p);
+  // The host computation supplies its own scratch: the caller's pointers are host memory here.
+  std::vector<std::int32_t> refused(static_cast<std::size_t>(p.batch), 0);
+  prefix_params q = p;
+  q.refused = refused.data();
+  const std::int64_t cells = kernels::prefix_check_kernel::rows(q);
+  host_run_rows<kernels::prefix_check_kernel>(&q, cells);
+  host_run_rows<kernels::prefix_fill_kernel>(&q, cells);
 }
 
 // ---- sparse -------------------------------------------------------------------------------

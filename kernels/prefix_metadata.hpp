@@ -1,9 +1,19 @@
-// Per-request code of the step-invariant prefix metadata (docs/metadata.md section 2).
-// Host+device.
+// Per-cell code of the step-invariant prefix metadata (docs/metadata.md section 2). Host+device.
 //
-// Preconditions (validate(prefix_params)): page_size >= 1, topk >= 1, batch >= 1, capacity >= 1,
-// page_table_stride >= capacity, req_to_token_stride >= 1, pool_rows >= 1, pointers non-null.
-// One call per request in [0, batch).
+// Two passes over the cells (request r, column j) of the bucket's prefix table, one thread per
+// cell, so reads of req_to_token and stores of the table are spread over threads instead of one
+// serial loop per request:
+//   check: validates the request (pool row, seq_len; cell j == 0) and the slot of its page j,
+//          records bad_input and flags the request in `refused`;
+//   fill:  for requests not refused, writes page j (or the dummy page 0 past the prefix) and,
+//          in cell 0, last_page_len and prefix_seqlen.
+// A refused request is not written at all. cu_seqlens_q does not depend on the inputs and is
+// written by the check pass for every request.
+//
+// Preconditions (validate(prefix_params); ranges in limits.hpp): 1 <= page_size <= 2^20,
+// topk >= 1, batch * topk <= 2^24, 1 <= pool_rows <= 2^24, 1 <= req_to_token_stride <= 2^28,
+// 1 <= capacity <= page_table_stride <= 2^31, pointers non-null (refused: for the launcher).
+// Cells: [0, batch * capacity).
 #pragma once
 
 #include <cstdint>
@@ -13,52 +23,125 @@
 
 namespace specgraph::kernels {
 
-struct prefix_metadata_kernel {
+struct prefix_cell {
+  std::int32_t request;
+  std::int32_t column;
+};
+
+// The request's validated view, or false (and nothing read) when its scalars are out of range.
+struct prefix_request {
+  const std::int32_t* tokens;  // its row of req_to_token
+  std::int32_t seq_len;
+  std::int32_t last_page_len;
+  std::int32_t prefix_pages;  // whole pages: (seq_len - last_page_len) / page_size
+};
+
+SPECGRAPH_HD prefix_cell prefix_cell_of(const prefix_params& p, std::int64_t cell) {
+  // cell < batch * capacity <= 2^24 * 2^31: int64; the quotient and remainder fit int32.
+  return {static_cast<std::int32_t>(cell / p.capacity),
+          static_cast<std::int32_t>(cell % p.capacity)};
+}
+
+SPECGRAPH_HD bool prefix_request_of(const prefix_params& p, std::int32_t r, prefix_request* out) {
+  const std::int32_t pool_row = p.req_pool_index[r];
+  const std::int32_t seq_len = p.seq_len[r];
+  if (pool_row < 0 || pool_row >= p.pool_rows) return false;
+  if (seq_len < 0 || seq_len > p.req_to_token_stride) return false;
+  out->tokens = p.req_to_token + static_cast<std::int64_t>(pool_row) * p.req_to_token_stride;
+  out->seq_len = seq_len;
+  out->last_page_len = seq_len % p.page_size;
+  out->prefix_pages = (seq_len - out->last_page_len) / p.page_size;
+  return true;
+}
+
+// The slot of page j of a request (its first token), as stored in req_to_token.
+SPECGRAPH_HD std::int32_t prefix_slot(const prefix_params& p, const prefix_request& q,
+                                      std::int32_t j) {
+  return q.tokens[static_cast<std::int64_t>(j) * p.page_size];  // j * ps < seq_len <= 2^28
+}
+
+struct prefix_check_kernel {
   using params = prefix_params;
-  static constexpr const char* name = "prefix_metadata";
+  static constexpr const char* name = "prefix_check";
   static constexpr kernel_id id = kernel_id::prefix_metadata;
 
-  static std::int64_t rows(const params& p) { return p.batch; }
+  static std::int64_t rows(const params& p) {
+    return static_cast<std::int64_t>(p.batch) * p.capacity;
+  }
 
-  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
-    const auto r = static_cast<std::int32_t>(row64);
-    // cu_seqlens_q does not depend on the inputs: every query row of a request shares its prefix.
-    p.cu_seqlens_q[r] = r * p.topk;
-    if (r == p.batch - 1) p.cu_seqlens_q[p.batch] = p.batch * p.topk;
+  SPECGRAPH_HD static bool bad_slot(const params& p, std::int32_t slot) {
+    return slot < 0 || slot >= p.slot_limit;
+  }
 
-    const std::int32_t pool_row = p.req_pool_index[r];
-    const std::int32_t seq_len = p.seq_len[r];
-    if (pool_row < 0 || pool_row >= p.pool_rows) {
-      guard_record(p.guard, violation_kind::bad_input, id, r, -1, p.pool_rows, pool_row);
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t cell) {
+    const prefix_cell c = prefix_cell_of(p, cell);
+    const std::int32_t r = c.request;
+    if (c.column == 0) {
+      // batch * topk <= 2^24: fits int32.
+      p.cu_seqlens_q[r] = r * p.topk;
+      if (r == p.batch - 1) p.cu_seqlens_q[p.batch] = p.batch * p.topk;
+    }
+    prefix_request q{};
+    if (!prefix_request_of(p, r, &q)) {
+      if (c.column == 0) {
+        const std::int32_t pool_row = p.req_pool_index[r];
+        if (pool_row < 0 || pool_row >= p.pool_rows) {
+          guard_record(p.guard, violation_kind::bad_input, id, r, -1, p.pool_rows, pool_row);
+        } else {
+          guard_record(p.guard, violation_kind::bad_input, id, r, -1,
+                       static_cast<std::int32_t>(p.req_to_token_stride), p.seq_len[r]);
+        }
+        p.refused[r] = 1;
+      }
       return;
     }
-    if (seq_len < 0 || seq_len > p.req_to_token_stride) {
-      guard_record(p.guard, violation_kind::bad_input, id, r, -1,
-                   static_cast<std::int32_t>(p.req_to_token_stride), seq_len);
-      return;
-    }
-    const std::int32_t last_page_len = seq_len % p.page_size;
-    const std::int32_t prefix_seqlen = seq_len - last_page_len;
-    const std::int32_t prefix_pages = prefix_seqlen / p.page_size;
-    const std::int32_t* tokens =
-        p.req_to_token + static_cast<std::int64_t>(pool_row) * p.req_to_token_stride;
-    for (std::int32_t j = 0; j < prefix_pages; ++j) {
-      const std::int32_t slot = tokens[static_cast<std::int64_t>(j) * p.page_size];
-      if (slot < 0 || slot >= p.slot_limit) {
-        guard_record(p.guard, violation_kind::bad_input, id, r, j * p.page_size, -1, slot);
-        return;
+    if (c.column < q.prefix_pages) {
+      const std::int32_t slot = prefix_slot(p, q, c.column);
+      if (bad_slot(p, slot)) {
+        guard_record(p.guard, violation_kind::bad_input, id, r, c.column * p.page_size, -1, slot);
+        p.refused[r] = 1;
       }
     }
-
-    p.last_page_len[r] = last_page_len;
-    p.prefix_seqlen[r] = prefix_seqlen;
-    std::int32_t* table_row = p.page_table + row64 * p.page_table_stride;
-    for (std::int32_t j = 0; j < prefix_pages; ++j) {
-      const std::int32_t slot = tokens[static_cast<std::int64_t>(j) * p.page_size];
-      checked_store(table_row, j, p.capacity, slot / p.page_size, p.guard, id, r);
+    // Pages past the table's capacity (only when a caller's capacity is below the prefix) are
+    // checked by the row's last cell.
+    if (c.column == p.capacity - 1) {
+      for (std::int32_t j = p.capacity; j < q.prefix_pages; ++j) {
+        const std::int32_t slot = prefix_slot(p, q, j);
+        if (bad_slot(p, slot)) {
+          guard_record(p.guard, violation_kind::bad_input, id, r, j * p.page_size, -1, slot);
+          p.refused[r] = 1;
+        }
+      }
     }
+  }
+};
+
+struct prefix_fill_kernel {
+  using params = prefix_params;
+  static constexpr const char* name = "prefix_fill";
+  static constexpr kernel_id id = kernel_id::prefix_metadata;
+
+  static std::int64_t rows(const params& p) { return prefix_check_kernel::rows(p); }
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t cell) {
+    const prefix_cell c = prefix_cell_of(p, cell);
+    const std::int32_t r = c.request;
+    prefix_request q{};
+    if (p.refused[r] != 0 || !prefix_request_of(p, r, &q)) return;
+    if (c.column == 0) {
+      p.last_page_len[r] = q.last_page_len;
+      p.prefix_seqlen[r] = q.seq_len - q.last_page_len;
+    }
+    std::int32_t* table_row = p.page_table + static_cast<std::int64_t>(r) * p.page_table_stride;
     // Cells past the prefix get the dummy page 0: nothing stale from an earlier round survives.
-    for (std::int32_t j = prefix_pages; j < p.capacity; ++j) table_row[j] = 0;
+    table_row[c.column] = c.column < q.prefix_pages ? prefix_slot(p, q, c.column) / p.page_size : 0;
+    // A prefix longer than the table (a caller's capacity below ceil(max_context_len / ps)):
+    // the row's last cell refuses and records each page that does not fit.
+    if (c.column == p.capacity - 1) {
+      for (std::int32_t j = p.capacity; j < q.prefix_pages; ++j) {
+        checked_store(table_row, j, p.capacity, prefix_slot(p, q, j) / p.page_size, p.guard, id, r);
+      }
+    }
   }
 };
 

@@ -1,5 +1,7 @@
 // Prefix metadata (docs/metadata.md section 2) against an independent reference.
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -76,7 +78,17 @@ TEST_P(PrefixMetadata, RandomBatchesMatchReference) {
         table(*ex, static_cast<std::size_t>(batch * stride), poison),
         cu(*ex, static_cast<std::size_t>(batch + 2), poison);
     dvec<guard_word> guard(*ex, 1, guard_word{});
+    dvec<std::int32_t> refused(*ex, static_cast<std::size_t>(batch), poison);
+    // A quarter of the cases cap the slots, so some requests hold a slot out of range: those are
+    // refused whole, every bad slot is counted, and the guard names the lowest (request, column).
+    std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
+    if (rng() % 4 == 0) {
+      const std::int32_t top = *std::max_element(c.req_to_token.begin(), c.req_to_token.end());
+      slot_limit = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(top + 1));
+    }
     prefix_params p;
+    p.refused = refused.data();
+    p.slot_limit = slot_limit;
     p.req_to_token = rtt.data();
     p.req_to_token_stride = max_context;
     p.pool_rows = c.pool_rows;
@@ -95,12 +107,33 @@ TEST_P(PrefixMetadata, RandomBatchesMatchReference) {
     launch_prefix_metadata(*ex, p);
     ex->synchronize();
 
-    ASSERT_EQ(guard.download()[0].violations, 0);
     const auto got_lpl = lpl.download(), got_len = prefix_len.download(),
                got_table = table.download(), got_cu = cu.download();
+    std::int32_t bad_slots = 0, first_row = -1, first_column = -1;
     for (std::int32_t r = 0; r < batch; ++r) {
       const std::int32_t seq = c.seq_len[static_cast<std::size_t>(r)];
       const std::int32_t want_lpl = seq % ps;
+      const std::int32_t* tokens =
+          c.req_to_token.data() +
+          static_cast<std::size_t>(c.req_pool_index[static_cast<std::size_t>(r)]) * max_context;
+      bool refused_request = false;
+      for (std::int32_t j = 0; j < (seq - want_lpl) / ps; ++j) {
+        if (tokens[static_cast<std::size_t>(j) * ps] >= slot_limit) {
+          ++bad_slots;
+          refused_request = true;
+          if (first_row < 0) {
+            first_row = r;
+            first_column = j * ps;
+          }
+        }
+      }
+      if (refused_request) {
+        ASSERT_EQ(got_lpl[static_cast<std::size_t>(r)], poison) << "refused request " << r;
+        ASSERT_EQ(got_len[static_cast<std::size_t>(r)], poison) << "refused request " << r;
+        for (std::int64_t col = 0; col < stride; ++col)
+          ASSERT_EQ(got_table[static_cast<std::size_t>(r * stride + col)], poison);
+        continue;
+      }
       ASSERT_EQ(got_lpl[static_cast<std::size_t>(r)], want_lpl) << "request " << r;
       ASSERT_EQ(got_len[static_cast<std::size_t>(r)], seq - want_lpl) << "request " << r;
       const std::int32_t pages = (seq - want_lpl) / ps;
@@ -122,6 +155,16 @@ TEST_P(PrefixMetadata, RandomBatchesMatchReference) {
     for (std::int32_t r = 0; r <= batch; ++r)
       ASSERT_EQ(got_cu[static_cast<std::size_t>(r)], r * topk);
     ASSERT_EQ(got_cu[static_cast<std::size_t>(batch + 1)], poison);
+    // The bad-slot guard names the lowest (request, column) and counts every bad slot (a kernel
+    // recording the page index, or the last violation, instead fails here).
+    const guard_word g = guard.download()[0];
+    ASSERT_EQ(g.violations, bad_slots);
+    if (bad_slots > 0) {
+      ASSERT_EQ(static_cast<violation_kind>(g.kind), violation_kind::bad_input);
+      ASSERT_EQ(g.row, first_row);
+      ASSERT_EQ(g.column, first_column);
+      ASSERT_GE(g.value, slot_limit);
+    }
   }
 }
 
@@ -132,7 +175,9 @@ TEST_P(PrefixMetadata, OutOfPoolIndexIsReportedAndRowLeftUnwritten) {
   dvec<std::int32_t> lpl(*ex, 2, poison), prefix_len(*ex, 2, poison), table(*ex, 4, poison),
       cu(*ex, 3, poison);
   dvec<guard_word> guard(*ex, 1, guard_word{});
+  dvec<std::int32_t> refused(*ex, 2, poison);
   prefix_params p;
+  p.refused = refused.data();
   p.req_to_token = rtt.data();
   p.req_to_token_stride = 8;
   p.pool_rows = 1;

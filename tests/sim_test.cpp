@@ -237,6 +237,37 @@ TEST(SimKernels, PagedAttentionAndMergeMatchDenseReference) {
 }
 
 // ---- the command -------------------------------------------------------------------------
+// Padded rows write no K/V (issue 10): they all point at dummy slot 0, and a write by each of
+// them would race on it. Rows of real requests write their slot.
+TEST(SimKernels, KvWriteSkipsPaddedRows) {
+  const std::int32_t real_batch = 1, topk = 2, hd = 3;
+  const std::vector<std::int64_t> cache_loc{2, 3, 0, 0};  // rows 2, 3: padding on slot 0
+  std::vector<float> k_src(4 * hd), v_src(4 * hd), k_pool(4 * hd, -1.0f), v_pool(4 * hd, -1.0f);
+  for (std::size_t i = 0; i < k_src.size(); ++i) {
+    k_src[i] = static_cast<float>(i);
+    v_src[i] = static_cast<float>(100 + i);
+  }
+  sim::kv_write_kernel::params p{};
+  p.real_batch = &real_batch;
+  p.topk = topk;
+  p.cache_loc = cache_loc.data();
+  p.cache_loc_stride = 1;
+  p.step = 0;
+  p.steps = 1;
+  p.head_elems = hd;
+  p.k_src = k_src.data();
+  p.v_src = v_src.data();
+  p.k_pool = k_pool.data();
+  p.v_pool = v_pool.data();
+  host_run_rows<sim::kv_write_kernel>(&p, 4);
+  for (int i = 0; i < hd; ++i) {
+    EXPECT_EQ(k_pool[static_cast<std::size_t>(i)], -1.0f) << "a padded row wrote slot 0";
+    EXPECT_EQ(v_pool[static_cast<std::size_t>(i)], -1.0f) << "a padded row wrote slot 0";
+    EXPECT_EQ(k_pool[static_cast<std::size_t>(2 * hd + i)], static_cast<float>(i));
+    EXPECT_EQ(k_pool[static_cast<std::size_t>(3 * hd + i)], static_cast<float>(hd + i));
+  }
+}
+
 TEST(RunCommand, SmallRunPrintsAPassingReportAndJson) {
   const std::string json_path = ::testing::TempDir() + "specgraph_run_test.json";
   std::ostringstream out, err;

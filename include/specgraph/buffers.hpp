@@ -110,6 +110,9 @@ class draft_buffers {
     return at<std::int32_t>(layout().prefix_page_table);
   }
   std::int32_t* cu_seqlens_q() const noexcept { return at<std::int32_t>(layout().cu_seqlens_q); }
+  std::int32_t* prefix_refused() const noexcept {
+    return at<std::int32_t>(layout().prefix_refused);
+  }
   // Step s's expand metadata; throws invalid_argument ("step") outside [0, num_steps).
   std::int32_t* expand_page_table(std::int32_t step) const;
   std::int32_t* expand_cache_seqlen(std::int32_t step) const;

@@ -1,9 +1,11 @@
 // Guard words: how a kernel reports a store it refused to make.
 //
 // Every store into a static buffer is checked against that buffer's capacity. An out-of-capacity
-// store is skipped and the first violation is recorded here (later ones are only counted), so an
-// engine gets a named error instead of silently corrupted graph memory and an illegal memory
-// access much later.
+// store is skipped and recorded here, so an engine gets a named error instead of silently
+// corrupted graph memory and an illegal memory access much later. Of all violations recorded
+// since the last reset, the word holds the one with the lowest (row, column), and counts them
+// all: deterministic, so the host and GPU executors report the same details for the same input
+// (docs/metadata.md section 7).
 #pragma once
 
 #include <cstdint>
@@ -30,12 +32,14 @@ enum class violation_kind : std::int32_t {
 // Trivially copyable; lives in device memory, one per kernel launch site. Zero means "clean".
 struct guard_word {
   std::int32_t violations;  // number of violations recorded since the last reset
-  std::int32_t kind;        // violation_kind of the first violation
-  std::int32_t kernel;      // kernel_id of the first violation
-  std::int32_t row;         // row (or head) of the first violation
+  std::int32_t kind;        // violation_kind of the recorded violation (lowest row, column)
+  std::int32_t kernel;      // kernel_id of the recorded violation
+  std::int32_t row;         // row (or request, or head) of the recorded violation
   std::int32_t column;      // column that was not written (or the offending input column)
   std::int32_t capacity;    // capacity of the buffer (or the limit the value broke)
   std::int64_t value;       // the value that would have been stored / the offending input value
+  std::int32_t lock;        // held while a GPU thread updates the details; 0 at rest
+  std::int32_t reserved;    // 0
 };
 
 const char* to_string(kernel_id k) noexcept;

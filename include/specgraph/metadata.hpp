@@ -66,6 +66,9 @@ struct prefix_params {
   std::int32_t* cu_seqlens_q = nullptr;  // [batch + 1]
   guard_word* guard = nullptr;
   std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
+  // Scratch, [batch] int32 in executor memory: one flag per request the check pass refused.
+  // launch_prefix_metadata zeroes it first; prefix_metadata_host needs none (null is fine).
+  std::int32_t* refused = nullptr;
 };
 
 // ---- Sparse vertical/slash staging (docs/metadata.md section 6) ----------------------------
@@ -126,6 +129,8 @@ void validate_contents_host(const sparse_stage_params& p);
 
 // Launchers: enqueue on the executor's stream. Asynchronous, capture-safe.
 void launch_expand_page_table(executor& ex, const expand_params& p);
+// Enqueues three operations: a memset of p.refused, a check pass and a fill pass, each parallel
+// over (request, page) cells with one thread per cell (docs/metadata.md section 2).
 void launch_prefix_metadata(executor& ex, const prefix_params& p);
 void launch_sparse_stage(executor& ex, const sparse_stage_params& p);
 

@@ -101,6 +101,7 @@ struct plan_layout {
   std::size_t prefix_page_table = 0;  // int32[max_bucket][prefix_capacity]
   std::int32_t prefix_capacity = 0;   // ceil(max_context_len / page_size), also the row stride
   std::size_t cu_seqlens_q = 0;       // int32[max_bucket + 1]
+  std::size_t prefix_refused = 0;     // int32[max_bucket]: the prefix kernels' scratch
   // Per step s: expand page table int32[max_rows][s + 2] and cache_seqlen int32[max_rows].
   std::vector<std::size_t> expand_page_table;    // [num_steps]
   std::vector<std::size_t> expand_cache_seqlen;  // [num_steps]

@@ -127,6 +127,8 @@ struct sim_engine::impl {
     const std::int32_t s = v.step;
     const std::size_t rows = static_cast<std::size_t>(max_rows);
     kv_write_kernel::params w{};
+    w.real_batch = v.real_batch;
+    w.topk = v.topk;
     w.cache_loc = v.out_cache_loc;
     w.cache_loc_stride = v.cache_loc_stride;
     w.step = s;

@@ -13,9 +13,13 @@ namespace specgraph::sim {
 
 inline constexpr std::int32_t max_head_dim = 256;
 
-// Copies the step's K and V of every query row to the row's slot out_cache_loc[row][step].
+// Copies the step's K and V of every real query row to the row's slot out_cache_loc[row][step].
+// Padded rows write nothing: they all point at the dummy slot 0, and letting them write it
+// concurrently would be a (benign but real) data race on global memory.
 struct kv_write_kernel {
   struct params {
+    const std::int32_t* real_batch;  // [1] the staged real batch (read at replay)
+    std::int32_t topk;
     const std::int64_t* cache_loc;  // [rows][cache_loc_stride]
     std::int64_t cache_loc_stride;
     std::int32_t step;
@@ -28,6 +32,7 @@ struct kv_write_kernel {
   };
   static constexpr const char* name = "kv_write";
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
+    if (row >= static_cast<std::int64_t>(*p.real_batch) * p.topk) return;
     const std::int64_t slot = p.cache_loc[row * p.cache_loc_stride + p.step];
     const std::int64_t src = (row * p.steps + p.step) * p.head_elems;
     for (std::int32_t i = 0; i < p.head_elems; ++i) {
