@@ -2,6 +2,10 @@
 // the runtime cannot create the handle (every machine without a GPU exercises that path).
 #include <gtest/gtest.h>
 
+#include "tests/test_support.hpp"
+
+#if defined(SPECGRAPH_HAS_CUDA)
+
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -56,3 +60,20 @@ TEST(CudaHandles, CreationFailsWithANamedErrorOrOwnsAMovableHandle) {
 
 }  // namespace
 }  // namespace specgraph::detail
+
+#else  // built without CUDA: the same tests, reported as skipped (REQUIRE_GPU=1 fails them)
+
+namespace {
+void skip_without_cuda() {
+  if (specgraph::testing::gpu_required()) FAIL() << "REQUIRE_GPU=1 but built without CUDA";
+  GTEST_SKIP() << "specgraph was built without CUDA";
+}
+TEST(CudaHandles, EmptyHandlesMoveAndResetWithoutTouchingTheRuntime) {
+  skip_without_cuda();
+}
+TEST(CudaHandles, CreationFailsWithANamedErrorOrOwnsAMovableHandle) {
+  skip_without_cuda();
+}
+}  // namespace
+
+#endif

@@ -47,6 +47,7 @@ TEST(HostExecutor, ForbidsWhatStreamCaptureForbids) {
   try {
     ex->begin_capture();
     (void)ex->allocate(16);
+    ADD_FAILURE() << "allocate during capture must throw";
   } catch (const capture_violation& e) {
     EXPECT_NE(std::string(e.what()).find("allocate is not allowed during graph capture"),
               std::string::npos);
@@ -106,7 +107,8 @@ TEST(HostExecutor, UpdateRefusesADifferentTopology) {
 TEST(HostExecutor, RejectsNegativeRowCounts) {
   auto ex = make_host_executor();
   append_digit_kernel::params storage{};
-  EXPECT_THROW(ex->launch(append_digit(nullptr, 1, -1, storage)), invalid_argument);
+  expect_invalid([&] { ex->launch(append_digit(nullptr, 1, -1, storage)); }, "rows",
+                 "negative row count -1");
 }
 
 TEST(Executors, FactoryNamesTheKinds) {

@@ -482,7 +482,7 @@ TEST(ExpandValidation, LauncherValidatesBeforeEnqueueing) {
   auto ex = make_host_executor();
   host_expand_fixture f;
   f.p.topk = 0;
-  EXPECT_THROW(launch_expand_page_table(*ex, f.p), invalid_argument);
+  expect_invalid([&] { launch_expand_page_table(*ex, f.p); }, "topk", "0 is below the minimum 1");
   EXPECT_EQ(ex->counters().kernel_launches, 0);
   EXPECT_TRUE(f.untouched());
 }

@@ -13,6 +13,7 @@
 #include "specgraph/runtime.hpp"
 #include "testing/branch_layout.hpp"
 #include "testing/engine_probe.hpp"
+#include "testing/reference_round.hpp"
 #include "tests/test_support.hpp"
 
 namespace specgraph::testing {
@@ -98,6 +99,28 @@ class sim_engine {
   }
 
   draft_runtime& rt() { return *runtime_; }
+
+  // The independent model's view of this engine's configuration (its own copy of the buckets:
+  // a bucket list is data the test controls, the choice among them the model makes itself).
+  model_config model() const {
+    model_config m;
+    m.topk = config_.topk;
+    m.num_steps = config_.num_steps;
+    m.page_size = config_.page_size;
+    m.max_context_len = config_.max_context_len;
+    m.buckets = runtime_->plan().config.buckets;
+    return m;
+  }
+  model_round model_of(const host_round& r, std::int32_t depth) const {
+    return model_draft_round(model(), req_to_token_, r.batch, r.req_pool_index, r.seq_len,
+                             r.out_cache_loc, depth);
+  }
+  // Every byte of the arena and of the probe outputs poisoned, so a step that does not run (or
+  // a cell that is not written) cannot pass a comparison by leftovers of an earlier round.
+  void poison() {
+    ex_->fill_bytes(runtime_->buffers().base(), 0xA5, runtime_->plan().total_bytes);
+    ex_->fill_bytes(probe_out_.data(), 0xA5, probe_out_.size());
+  }
   engine_tables tables() const { return engine_tables{device_rtt_.as<std::int32_t>()}; }
   const std::vector<std::int32_t>& req_to_token() const { return req_to_token_; }
   const draft_config& config() const { return config_; }
@@ -117,5 +140,34 @@ class sim_engine {
   std::unique_ptr<draft_runtime> runtime_;
   device_buffer probe_out_;
 };
+
+// Everything the staged round of `eng` shows for steps 0..depth-1 equals the model, padded rows
+// included: the static inputs, the prefix tables, each step's expand table and cache_seqlen, and
+// what the engine probe read inside the graph.
+inline void expect_matches_model(sim_engine& eng, const model_round& want, std::int32_t depth) {
+  const draft_runtime& rt = eng.rt();
+  const draft_buffers& b = rt.buffers();
+  const auto B = static_cast<std::size_t>(want.bucket);
+  const std::size_t rows = B * static_cast<std::size_t>(eng.config().topk);
+  ASSERT_EQ(rt.staged_bucket(), want.bucket);
+  EXPECT_EQ(eng.read(b.real_batch(), 1)[0], want.real_batch) << "real_batch";
+  EXPECT_EQ(eng.read(b.req_pool_index(), B), want.req_pool_index) << "req_pool_index";
+  EXPECT_EQ(eng.read(b.seq_len(), B), want.seq_len) << "seq_len";
+  EXPECT_EQ(eng.read(b.out_cache_loc(), want.out_cache_loc.size()), want.out_cache_loc)
+      << "out_cache_loc";
+  EXPECT_EQ(eng.read(b.last_page_len(), B), want.last_page_len) << "last_page_len";
+  EXPECT_EQ(eng.read(b.prefix_seqlen(), B), want.prefix_seqlen) << "prefix_seqlen";
+  EXPECT_EQ(eng.read(b.prefix_page_table(), want.prefix_table.size()), want.prefix_table)
+      << "prefix page table";
+  EXPECT_EQ(eng.read(b.cu_seqlens_q(), B + 1), want.cu_seqlens_q) << "cu_seqlens_q";
+  for (std::int32_t s = 0; s < depth; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    EXPECT_EQ(eng.read(b.expand_page_table(s), rows * (i + 2)), want.expand_table[i])
+        << "expand page table, step " << s;
+    EXPECT_EQ(eng.read(b.expand_cache_seqlen(s), rows), want.cache_seqlen[i])
+        << "cache_seqlen, step " << s;
+    EXPECT_EQ(eng.read(eng.probe_out(s), rows), want.probe[i]) << "forward inputs, step " << s;
+  }
+}
 
 }  // namespace specgraph::testing

@@ -62,13 +62,16 @@ TEST(SparseFallback, RejectsBadArgumentsByName) {
   } catch (const invalid_argument& e) {
     EXPECT_EQ(e.field(), "capacity");
   }
-  EXPECT_THROW(sparse_fallback_host(-1, 4, out, 4, nullptr), invalid_argument);
-  EXPECT_THROW(sparse_fallback_host(10, -4, out, 4, nullptr), invalid_argument);
+  expect_invalid([&] { sparse_fallback_host(-1, 4, out, 4, nullptr); }, "seq_len",
+                 "-1 is below the minimum 0");
+  expect_invalid([&] { sparse_fallback_host(10, -4, out, 4, nullptr); }, "max_count",
+                 "-4 is below the minimum 0");
 }
 
 // Independent reference of one stage for one head: the spec's conditions written out.
 struct staged {
   std::vector<std::int32_t> vertical, slash;
+  bool vertical_fell_back = false, slash_fell_back = false;
 };
 
 std::vector<std::int32_t> reference_fallback(std::int32_t seq_len, std::int32_t max_count) {
@@ -106,9 +109,11 @@ staged reference_stage(const sparse_stage& s, const std::vector<std::int32_t>& v
                                                             : prev - cl;
   if (out.vertical.empty()) {
     out.vertical = reference_fallback(key_len, std::min(vsize, K));
+    out.vertical_fell_back = true;
   }
   if (out.slash.empty()) {
     out.slash = reference_fallback(key_len, std::min(ssize, K));
+    out.slash_fell_back = true;
   }
   return out;
 }
@@ -290,6 +295,10 @@ TEST_P(SparseStage, IntraSlashFallsBackWhenEmpty) {
             (std::vector<std::int32_t>{2, 12, 22, 32}));
 }
 
+// Random stages and selections against the reference. A quarter of the cases shrink the stage
+// buffers below the largest selection (the surplus must be refused and counted, the lowest
+// (head, column) named), and a quarter put one out-of-range index into one head's selection
+// (that head must be left unwritten and reported as bad input).
 TEST_P(SparseStage, RandomSelectionsMatchReference) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
@@ -301,6 +310,7 @@ TEST_P(SparseStage, RandomSelectionsMatchReference) {
     const auto seq = static_cast<std::int32_t>(1 + rng() % 400);
     const auto stages = sparse_stages(seq, chunk_len);
     const sparse_stage s = stages[rng() % stages.size()];
+    const int mode = static_cast<int>(rng() % 4);  // 0, 1: plain; 2: small buffers; 3: bad input
     std::vector<std::int32_t> vsizes, ssizes;
     std::vector<std::vector<std::int32_t>> vertical, slash;
     for (std::int32_t h = 0; h < heads; ++h) {
@@ -315,21 +325,72 @@ TEST_P(SparseStage, RandomSelectionsMatchReference) {
       const auto ns = std::min<std::size_t>(static_cast<std::size_t>(ssizes.back()), pool.size());
       slash.emplace_back(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(ns));
     }
-    const std::int32_t vcap = sparse_capacity(vsizes, s.end), scap = sparse_capacity(ssizes, s.end);
+    std::int32_t vcap = sparse_capacity(vsizes, s.end), scap = sparse_capacity(ssizes, s.end);
+    std::int32_t bad_head = -1;
+    if (mode == 2) {
+      vcap = std::max(1, vcap / 2);
+      scap = std::max(1, scap / 2);
+    } else if (mode == 3) {
+      bad_head = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(heads));
+      auto& list = vertical[static_cast<std::size_t>(bad_head)];
+      const std::int32_t bad = rng() % 2 == 0 ? -1 - static_cast<std::int32_t>(rng() % 100)
+                                              : s.end + static_cast<std::int32_t>(rng() % 100);
+      list.insert(list.begin() + static_cast<std::ptrdiff_t>(rng() % (list.size() + 1)), bad);
+    }
     SCOPED_TRACE("case " + std::to_string(i) + ": " + to_string(s.kind) + " prev " +
                  std::to_string(s.prev) + " end " + std::to_string(s.end) + " chunk_len " +
-                 std::to_string(chunk_len));
+                 std::to_string(chunk_len) + " mode " + std::to_string(mode));
     const stage_run run = run_stage(*ex, s, vertical, slash, vsizes, ssizes, vcap, scap);
-    ASSERT_EQ(run.guard.violations, 0) << describe(run.guard);
+    std::int64_t surplus = 0;
+    std::int32_t first_head = -1, first_column = -1;
     for (std::int32_t h = 0; h < heads; ++h) {
-      const staged want = reference_stage(
-          s, vertical[static_cast<std::size_t>(h)], slash[static_cast<std::size_t>(h)],
-          vsizes[static_cast<std::size_t>(h)], ssizes[static_cast<std::size_t>(h)]);
-      expect_head(run.vertical, h, vcap, want.vertical,
-                  run.vertical_count[static_cast<std::size_t>(h)], INT32_MAX);
-      expect_head(run.slash, h, scap, want.slash, run.slash_count[static_cast<std::size_t>(h)],
-                  INT32_MIN);
+      const auto hh = static_cast<std::size_t>(h);
+      if (h == bad_head) {
+        // Nothing written for the head: its entries and counts keep the poison.
+        for (std::int32_t c = 0; c < vcap; ++c)
+          ASSERT_EQ(run.vertical[static_cast<std::size_t>(h * vcap + c)], -5);
+        for (std::int32_t c = 0; c < scap; ++c)
+          ASSERT_EQ(run.slash[static_cast<std::size_t>(h * scap + c)], -5);
+        ASSERT_EQ(run.vertical_count[hh], -5);
+        ASSERT_EQ(run.slash_count[hh], -5);
+        continue;
+      }
+      staged want = reference_stage(s, vertical[hh], slash[hh], vsizes[hh], ssizes[hh]);
+      // Selected entries beyond a stage buffer are refused, each counted; a fallback beyond it
+      // stops at its first refused index (one violation).
+      const struct {
+        std::vector<std::int32_t>* list;
+        std::int32_t cap;
+        bool fell_back;
+      } kinds[] = {{&want.vertical, vcap, want.vertical_fell_back},
+                   {&want.slash, scap, want.slash_fell_back}};
+      for (const auto& k : kinds) {
+        std::vector<std::int32_t>* list = k.list;
+        const std::int32_t cap = k.cap;
+        if (static_cast<std::int32_t>(list->size()) > cap) {
+          surplus += k.fell_back ? 1 : static_cast<std::int32_t>(list->size()) - cap;
+          if (first_head < 0 || h < first_head || (h == first_head && cap < first_column)) {
+            first_head = h;
+            first_column = cap;
+          }
+          list->resize(static_cast<std::size_t>(cap));
+        }
+      }
+      expect_head(run.vertical, h, vcap, want.vertical, run.vertical_count[hh], INT32_MAX);
+      expect_head(run.slash, h, scap, want.slash, run.slash_count[hh], INT32_MIN);
       if (HasFatalFailure()) return;
+    }
+    if (bad_head >= 0) {
+      ASSERT_EQ(run.guard.violations, 1) << describe(run.guard);
+      ASSERT_EQ(static_cast<violation_kind>(run.guard.kind), violation_kind::bad_input);
+      ASSERT_EQ(run.guard.row, bad_head);
+    } else {
+      ASSERT_EQ(run.guard.violations, surplus) << describe(run.guard);
+      if (surplus > 0) {
+        ASSERT_EQ(static_cast<violation_kind>(run.guard.kind), violation_kind::capacity);
+        ASSERT_EQ(run.guard.row, first_head);
+        ASSERT_EQ(run.guard.column, first_column);
+      }
     }
     for (std::int32_t c = 0; c < vcap; ++c)
       ASSERT_EQ(run.vertical[static_cast<std::size_t>(heads * vcap + c)], -5);
@@ -431,7 +492,7 @@ TEST(SparseValidation, RejectsBadStagesByName) {
   }
   p.stage = {stage_kind::intra, 0, 48, 48, 48};
   p.vertical_capacity = 0;
-  EXPECT_THROW(sparse_stage_host(p), invalid_argument);
+  expect_invalid([&] { sparse_stage_host(p); }, "vertical_capacity", "0 is below the minimum 1");
   p.vertical_capacity = 4;
   count[0] = 2;  // more than the stride holds
   try {

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 
 namespace specgraph::testing {
@@ -55,6 +57,19 @@ inline std::string executor_name(const ::testing::TestParamInfo<std::string>& in
 #define SPECGRAPH_INSTANTIATE_EXECUTORS(suite)                                  \
   INSTANTIATE_TEST_SUITE_P(Executors, suite, ::testing::Values("host", "cuda"), \
                            ::specgraph::testing::executor_name)
+
+// `call` must throw invalid_argument naming `field`, with `detail` in its message. (A bare
+// EXPECT_THROW would pass on a rejection of the wrong field.)
+inline void expect_invalid(const std::function<void()>& call, const std::string& field,
+                           const std::string& detail = {}) {
+  try {
+    call();
+    ADD_FAILURE() << "expected invalid_argument naming " << field;
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(e.field(), field) << e.what();
+    EXPECT_NE(std::string(e.what()).find(detail), std::string::npos) << e.what();
+  }
+}
 
 // A typed buffer in executor memory with host upload/download.
 template <class T>
