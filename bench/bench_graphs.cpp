@@ -138,7 +138,9 @@ void upload(benchmark::State& state, const std::string& kind) {
   auto g = f.rt->capture_graph(static_cast<std::int32_t>(state.range(0)),
                                static_cast<std::int32_t>(state.range(1)));
   auto exec = ex.instantiate(*g);
-  for (auto _ : state) state.SetIterationTime(device_seconds(ex, [&] { ex.upload(*exec); }));
+  device_clock clock;
+  for (auto _ : state) state.SetIterationTime(clock(ex, [&] { ex.upload(*exec); }));
+  clock.report(state);
 }
 
 // Capture + instantiate of the whole default table (51 buckets x 5 steps) on a fresh runtime.
@@ -193,13 +195,14 @@ void step_device_time(benchmark::State& state, const std::string& kind, bool eag
   const auto bucket = static_cast<std::int32_t>(state.range(0));
   const auto step = static_cast<std::int32_t>(state.range(1));
   const round_inputs in = f.inputs(bucket);
+  device_clock clock;
   for (auto _ : state) {
     state.PauseTiming();
     f.rt->stage(in);
     for (std::int32_t s = 0; s < step; ++s) f.rt->replay(s);
     ex.synchronize();
     state.ResumeTiming();
-    state.SetIterationTime(device_seconds(ex, [&] {
+    state.SetIterationTime(clock(ex, [&] {
       if (eager) {
         f.rt->run_eager(step);
       } else {
@@ -207,6 +210,7 @@ void step_device_time(benchmark::State& state, const std::string& kind, bool eag
       }
     }));
   }
+  clock.report(state);
   state.SetItemsProcessed(state.iterations() * bucket * kTopk);
 }
 

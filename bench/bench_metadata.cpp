@@ -109,8 +109,9 @@ void expand_benchmark(benchmark::State& state, const std::string& kind, bool fus
   const auto ps = static_cast<std::int32_t>(state.range(2));
   const auto step = static_cast<std::int32_t>(state.range(3));
   const expand_setup s = make_expand(ex, bucket, topk, ps, step);
+  device_clock clock;
   for (auto _ : state) {
-    state.SetIterationTime(device_seconds(ex, [&] {
+    state.SetIterationTime(clock(ex, [&] {
       if (fused) {
         launch_expand_page_table(ex, s.fused);
       } else {
@@ -118,8 +119,26 @@ void expand_benchmark(benchmark::State& state, const std::string& kind, bool fus
       }
     }));
   }
+  clock.report(state);
   set_expand_counters(state, s);
   state.counters["launches"] = fused ? 1 : 7;
+}
+
+// The multi-pass baseline as nested loops, called directly on the host (wall clock): the
+// conservative CPU comparison (see multipass_loops).
+void expand_loops_benchmark(benchmark::State& state) {
+  executor& ex = shared_executor("host");
+  const auto bucket = static_cast<std::int32_t>(state.range(0));
+  const auto topk = static_cast<std::int32_t>(state.range(1));
+  const auto ps = static_cast<std::int32_t>(state.range(2));
+  const auto step = static_cast<std::int32_t>(state.range(3));
+  const expand_setup s = make_expand(ex, bucket, topk, ps, step);
+  for (auto _ : state) {
+    multipass_loops(s.multi, s.rows);
+    benchmark::ClobberMemory();
+  }
+  set_expand_counters(state, s);
+  state.counters["launches"] = 0;
 }
 
 void prefix_benchmark(benchmark::State& state, const std::string& kind) {
@@ -161,9 +180,11 @@ void prefix_benchmark(benchmark::State& state, const std::string& kind) {
   p.cu_seqlens_q = cu.as<std::int32_t>();
   p.guard = guard.as<guard_word>();
   ex.synchronize();
+  device_clock clock;
   for (auto _ : state) {
-    state.SetIterationTime(device_seconds(ex, [&] { launch_prefix_metadata(ex, p); }));
+    state.SetIterationTime(clock(ex, [&] { launch_prefix_metadata(ex, p); }));
   }
+  clock.report(state);
   state.SetItemsProcessed(state.iterations() * bucket);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bucket) * (cols * 8 + 16));
 }
@@ -204,9 +225,11 @@ void sparse_benchmark(benchmark::State& state, const std::string& kind) {
   p.out_slash_count = osc.as<std::int32_t>();
   p.guard = guard.as<guard_word>();
   ex.synchronize();
+  device_clock clock;
   for (auto _ : state) {
-    state.SetIterationTime(device_seconds(ex, [&] { launch_sparse_stage(ex, p); }));
+    state.SetIterationTime(clock(ex, [&] { launch_sparse_stage(ex, p); }));
   }
+  clock.report(state);
   state.SetItemsProcessed(state.iterations() * heads);
 }
 
@@ -223,6 +246,12 @@ int main(int argc, char** argv) {
           ->ArgNames({"bucket", "topk", "page_size", "step"})
           ->ArgsProduct({{1, 8, 64, 256}, {1, 4, 8}, {1, 16, 64}, {0, 4}})
           ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+    if (kind == "host") {
+      benchmark::RegisterBenchmark("expand/multipass_loops/host", expand_loops_benchmark)
+          ->ArgNames({"bucket", "topk", "page_size", "step"})
+          ->ArgsProduct({{1, 8, 64, 256}, {1, 4, 8}, {1, 16, 64}, {0, 4}})
           ->Unit(benchmark::kMicrosecond);
     }
     benchmark::RegisterBenchmark(("prefix/" + kind).c_str(),

@@ -42,17 +42,19 @@ void draft_step(benchmark::State& state, const std::string& kind, bool eager) {
   const auto step = static_cast<std::int32_t>(state.range(1));
   sim::sim_engine& engine = engine_for(kind, bucket);
   const std::int32_t topk = engine.options().topk;
+  device_clock clock;
   for (auto _ : state) {
     state.PauseTiming();
     engine.begin_round(bucket);
     for (std::int32_t s = 0; s < step; ++s) engine.step(s, eager);
     ex.synchronize();
     state.ResumeTiming();
-    state.SetIterationTime(device_seconds(ex, [&] { engine.step(step, eager); }));
+    state.SetIterationTime(clock(ex, [&] { engine.step(step, eager); }));
     state.PauseTiming();
     engine.end_round();
     state.ResumeTiming();
   }
+  clock.report(state);
   state.SetItemsProcessed(state.iterations() * bucket * topk);  // items/s = draft tokens/s
 }
 

@@ -3,11 +3,13 @@
 // without a driver and report the cuda executor as unavailable.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "device/cuda_blocking.hpp"
 #include "device/cuda_check.hpp"
 #include "device/cuda_handles.hpp"
 #include "device/cuda_probe.hpp"
@@ -86,6 +88,7 @@ class cuda_executor final : public executor {
   ~cuda_executor() override {
     if (own_capture_) abort_capture();
     for (void* p : deferred_frees_) (void)cudaFree(p);
+    if (timing_flags_ != nullptr) (void)cudaFreeHost(timing_flags_);
   }
 
   const char* name() const noexcept override { return "cuda"; }
@@ -218,20 +221,48 @@ class cuda_executor final : public executor {
     SPECGRAPH_CUDA_TRY(cudaEventSynchronize(e));
   }
 
-  double time_device(const std::function<void()>& enqueue) override {
+  device_timing time_device(const std::function<void()>& enqueue) override {
     device_scope d(device_);
     forbid_during_capture("time_device");
     if (!timing_start_) {
       timing_start_ = detail::make_event();
       timing_stop_ = detail::make_event();
+      void* flags = nullptr;
+      SPECGRAPH_CUDA_TRY(cudaHostAlloc(&flags, 2 * sizeof(int), cudaHostAllocMapped));
+      timing_flags_ = static_cast<int*>(flags);
     }
+    // The stream is held by a blocking kernel while the host enqueues the work, so the events
+    // around the work measure the device alone, not the host's submission.
+    volatile int* flags = timing_flags_;
+    flags[0] = 0;
+    flags[1] = 0;
+    int* device_flags = nullptr;
+    SPECGRAPH_CUDA_TRY(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags), timing_flags_, 0));
+    SPECGRAPH_CUDA_TRY(
+        detail::launch_blocking_kernel(stream_, device_flags, device_flags + 1, 2'000'000'000LL));
     SPECGRAPH_CUDA_TRY(cudaEventRecord(timing_start_.get(), stream_));
-    enqueue();
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    try {
+      enqueue();
+    } catch (...) {
+      flags[0] = 1;  // never leave the stream blocked
+      throw;
+    }
+    const auto t1 = clock::now();
     SPECGRAPH_CUDA_TRY(cudaEventRecord(timing_stop_.get(), stream_));
+    flags[0] = 1;
     SPECGRAPH_CUDA_TRY(cudaEventSynchronize(timing_stop_.get()));
+    if (flags[1] != 0) {
+      throw error("time_device: the work took more than 2 s to enqueue (did it synchronise?)");
+    }
     float ms = 0;
     SPECGRAPH_CUDA_TRY(cudaEventElapsedTime(&ms, timing_start_.get(), timing_stop_.get()));
-    return static_cast<double>(ms) * 1e-3;
+    device_timing t;
+    t.device_seconds = static_cast<double>(ms) * 1e-3;
+    t.submit_seconds = std::chrono::duration<double>(t1 - t0).count();
+    return t;
   }
 
   void synchronize() override {
@@ -355,6 +386,7 @@ class cuda_executor final : public executor {
   detail::unique_stream owned_stream_;  // empty over an engine's stream
   cudaStream_t stream_ = nullptr;
   detail::unique_event timing_start_, timing_stop_;  // time_device, created on first use
+  int* timing_flags_ = nullptr;  // time_device: [release, timed out], pinned and mapped
   bool own_capture_ = false;
   std::vector<void*> deferred_frees_;
 };

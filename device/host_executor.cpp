@@ -248,13 +248,18 @@ class host_executor final : public executor {
     while (executed_ < target) run_one();
   }
 
-  double time_device(const std::function<void()>& enqueue) override {
+  device_timing time_device(const std::function<void()>& enqueue) override {
     forbid_during_capture("time_device");
     drain();
-    const auto start = std::chrono::steady_clock::now();
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
     enqueue();
+    const auto submitted = clock::now();
     drain();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    device_timing t;
+    t.submit_seconds = std::chrono::duration<double>(submitted - start).count();
+    t.device_seconds = std::chrono::duration<double>(clock::now() - start).count();
+    return t;
   }
 
   void synchronize() override {

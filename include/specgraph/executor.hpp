@@ -69,6 +69,11 @@ struct executor_counters {
   std::int64_t copies_to_host = 0;
 };
 
+struct device_timing {
+  double device_seconds = 0;  // the enqueued work on the device, host submission excluded
+  double submit_seconds = 0;  // host time inside `enqueue` (launch and copy submission)
+};
+
 class executor {
  public:
   virtual ~executor() = default;
@@ -133,10 +138,13 @@ class executor {
   // Forbidden during capture.
   virtual void synchronize_event(device_event e) = 0;
 
-  // Runs `enqueue` (which only enqueues work on this executor's stream) and returns how long
-  // that work took on the device, in seconds: CUDA events around it on the cuda executor,
-  // wall-clock time on the host executor. Synchronises; not during capture.
-  virtual double time_device(const std::function<void()>& enqueue) = 0;
+  // Runs `enqueue` (which only enqueues work on this executor's stream, without synchronising)
+  // and returns how long that work took on the device and how long the host spent enqueueing
+  // it. On CUDA the work is queued behind a kernel that blocks the stream until the host has
+  // finished enqueueing (as NVBench does), and timed with events around it, so the device time
+  // excludes host submission. On the host executor the device time is the wall time of the
+  // work (inline, or its queue drained in deferred mode). Synchronises; not during capture.
+  virtual device_timing time_device(const std::function<void()>& enqueue) = 0;
 
   // Waits for all enqueued work. Forbidden during capture.
   virtual void synchronize() = 0;

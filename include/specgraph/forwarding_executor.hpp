@@ -46,7 +46,7 @@ class forwarding_executor : public executor {
   void wait_event(device_event e) override { inner_->wait_event(e); }
   bool event_complete(device_event e) override { return inner_->event_complete(e); }
   void synchronize_event(device_event e) override { inner_->synchronize_event(e); }
-  double time_device(const std::function<void()>& enqueue) override {
+  device_timing time_device(const std::function<void()>& enqueue) override {
     return inner_->time_device(enqueue);
   }
   void synchronize() override { inner_->synchronize(); }
