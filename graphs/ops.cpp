@@ -8,6 +8,7 @@
 
 #include "device/checks.hpp"
 #include "kernels/builtin_kernels.hpp"
+#include "kernels/guard_ops.hpp"
 #include "kernels/stage_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
@@ -133,6 +134,16 @@ void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stag
   SPECGRAPH_EXPECTS(b.plan().config.sparse.has_value(), "sparse",
                     "the configuration has no sparse settings");
   launch_sparse_stage(ex, b.sparse().params(stage));
+}
+
+void count_violations(executor& ex, const draft_buffers& b, std::int32_t* violations) {
+  detail::not_null("violations", violations);
+  kernels::count_violations_kernel::params k{};
+  k.guards = b.guards();
+  k.count = b.plan().layout.guard_count;
+  k.out = violations;
+  ex.launch(make_kernel_launch<kernels::count_violations_kernel>(k, 1,
+                                                                 kernels::cuda_count_violations()));
 }
 
 std::vector<guard_word> read_guards(executor& ex, const draft_buffers& b) {

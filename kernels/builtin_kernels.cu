@@ -2,6 +2,7 @@
 // this file and is the same code the host executor runs.
 #include "kernels/builtin_kernels.hpp"
 #include "kernels/expand_page_table.hpp"
+#include "kernels/guard_ops.hpp"
 #include "kernels/prefix_metadata.hpp"
 #include "kernels/sparse_indices.hpp"
 #include "kernels/stage_inputs.hpp"
@@ -23,6 +24,9 @@ cuda_rows_fn cuda_sparse_stage() {
 }
 cuda_rows_fn cuda_stage_inputs() {
   return &cuda_rows<stage_inputs_kernel>;
+}
+cuda_rows_fn cuda_count_violations() {
+  return &cuda_rows<count_violations_kernel>;
 }
 
 }  // namespace specgraph::kernels

@@ -10,5 +10,6 @@ cuda_rows_fn cuda_prefix_check();
 cuda_rows_fn cuda_prefix_fill();
 cuda_rows_fn cuda_sparse_stage();
 cuda_rows_fn cuda_stage_inputs();
+cuda_rows_fn cuda_count_violations();
 
 }  // namespace specgraph::kernels

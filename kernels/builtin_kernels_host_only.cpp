@@ -18,5 +18,8 @@ cuda_rows_fn cuda_sparse_stage() {
 cuda_rows_fn cuda_stage_inputs() {
   return nullptr;
 }
+cuda_rows_fn cuda_count_violations() {
+  return nullptr;
+}
 
 }  // namespace specgraph::kernels

@@ -66,4 +66,20 @@ SPECGRAPH_HD void checked_store(T* row_ptr, std::int32_t column, std::int32_t ca
   }
 }
 
+// One thread: the sum of the guard words' violation counts (saturating at INT32_MAX), for a
+// check the engine asserts on the device without synchronising.
+struct count_violations_kernel {
+  struct params {
+    const guard_word* guards;
+    std::int32_t count;
+    std::int32_t* out;
+  };
+  static constexpr const char* name = "count_violations";
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
+    std::int64_t total = 0;
+    for (std::int32_t i = 0; i < p.count; ++i) total += p.guards[i].violations;
+    *p.out = static_cast<std::int32_t>(total > 0x7fffffff ? 0x7fffffff : total);
+  }
+};
+
 }  // namespace specgraph::kernels

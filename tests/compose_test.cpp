@@ -302,6 +302,32 @@ TEST_P(Compose, Int32AndInt64IndicesGiveIdenticalTablesAndNothingIsNarrowed) {
       << "the refused request must not be written";
 }
 
+// The non-syncing production check: the violation total lands in an engine-owned int32 on the
+// stream, recordable in a graph, with no read-back.
+TEST_P(Compose, ViolationCountIsWrittenOnTheStreamWithoutASync) {
+  std::mt19937_64 rng(test_seed());
+  sim_engine eng(*ex, compose_config(4), rng);
+  eng.rt().capture();
+  dvec<std::int32_t> flag(*ex, 1, -1);
+  host_round r = eng.random_round(rng, 3);
+  r.out_cache_loc[0] = -1;
+  r.out_cache_loc[4] = -2;  // row 1, draft token 0
+  dvec<std::int32_t> pool(*ex, r.req_pool_index), seq(*ex, r.seq_len);
+  dvec<std::int64_t> slots(*ex, r.out_cache_loc);
+  eng.rt().stage_device({r.batch, pool.data(), seq.data(), slots.data()});
+  eng.rt().run_round(1);
+  const std::int64_t syncs = ex->counters().synchronizations;
+  const std::int64_t reads = ex->counters().copies_to_host;
+  count_violations(*ex, eng.rt().buffers(), flag.data());
+  EXPECT_EQ(ex->counters().synchronizations, syncs);
+  EXPECT_EQ(ex->counters().copies_to_host, reads);
+  EXPECT_EQ(flag.download()[0], 2);  // rows 0 and 1 of step 0 refused
+  eng.rt().stage(eng.random_round(rng, 3).inputs());
+  eng.rt().run_round(4);
+  count_violations(*ex, eng.rt().buffers(), flag.data());
+  EXPECT_EQ(flag.download()[0], 0);
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(Compose);
 
 // The pinned staging ring, on a host executor whose work runs only when the host waits for it

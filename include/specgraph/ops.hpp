@@ -106,6 +106,11 @@ void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, st
 void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stage);
 
 // ---- guards ---------------------------------------------------------------------------------
+// Writes the total number of violations in all guard words to *violations (an int32 in executor
+// memory, e.g. a one-element tensor the engine owns): a check an engine can leave on in
+// production and assert asynchronously (torch._assert_async(flag == 0)), without a sync.
+// Capture-safe; stream: ex's.
+void count_violations(executor& ex, const draft_buffers& b, std::int32_t* violations);
 // Reads every guard word back. Synchronises ex's stream; forbidden during capture.
 [[nodiscard]] std::vector<guard_word> read_guards(executor& ex, const draft_buffers& b);
 // The buffer a guard word index reports on ("expand.page_table") and its step (all_steps for
