@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+#if defined(SPECGRAPH_HAS_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 #include "bench/bench_support.hpp"
 #include "specgraph/forwarding_executor.hpp"
 #include "specgraph/runtime.hpp"
@@ -27,13 +31,29 @@ double since(clock_type::time_point t0) {
 
 constexpr std::int32_t kTopk = 8, kSteps = 5, kPage = 16, kContext = 4096, kMaxBatch = 256;
 
-// An executor that records and instantiates like the host executor but whose graph launches do
-// nothing: what remains of stage() + replay() is the runtime's own bookkeeping.
+// The ways to hold a round in graphs (draft_config): a graph per step, plus one whole-round graph,
+// one graph per bucket with a device step counter, plus one device-depth round graph.
+enum { per_step = 0, round_graphs = 1, device_steps = 2, device_depth = 3, graph_modes = 4 };
+const char* mode_name(int m) {
+  switch (m) {
+    case round_graphs: return "round_graphs";
+    case device_steps: return "device_steps";
+    case device_depth: return "device_depth";
+    default: return "per_step";
+  }
+}
+
+// An executor that records and instantiates like the host executor but whose graph launches and
+// pinned-to-device copies (device work) do nothing: what remains of stage() + replay() is the
+// host's own work, the bookkeeping and the copy into the pinned slot.
 class null_kernel_executor final : public forwarding_executor {
  public:
   null_kernel_executor() : forwarding_executor(make_host_executor()) {}
   const char* name() const noexcept override { return "host-null-kernels"; }
   void launch_graph(graph_exec&) override { ++counters_.graph_launches; }
+  // The pinned-to-device copy is the device's work (an asynchronous DMA on CUDA), not the
+  // host's: it is not charged to the host here either.
+  void copy_from_pinned(void*, const void*, std::size_t) override { ++counters_.copies_to_device; }
 };
 
 executor& bench_executor(const std::string& kind) {
@@ -48,7 +68,7 @@ struct fixture {
   std::vector<specgraph::testing::branch_round> rounds;  // one per bucket size asked for
   std::vector<std::vector<std::int32_t>> pool_index;
 
-  fixture(executor& ex, bool capture, bool round_graphs = false) {
+  fixture(executor& ex, bool capture, int graph_mode = per_step) {
     draft_config c;
     c.max_batch = kMaxBatch;
     c.topk = kTopk;
@@ -57,7 +77,9 @@ struct fixture {
     c.max_context_len = kContext;
     c.pool_rows = kMaxBatch + 1;
     c.kv_slots = std::int64_t{1} << 30;
-    c.round_graphs = round_graphs;
+    c.round_graphs = graph_mode == round_graphs;
+    c.device_steps = graph_mode == device_steps || graph_mode == device_depth;
+    c.device_depth = graph_mode == device_depth;
     std::vector<std::int32_t> rtt(static_cast<std::size_t>(c.pool_rows) * kContext);
     for (std::size_t i = 0; i < rtt.size(); ++i) rtt[i] = static_cast<std::int32_t>(i % (1 << 24));
     req_to_token = device_buffer(ex, rtt.size() * 4);
@@ -81,13 +103,12 @@ struct fixture {
   }
 };
 
-fixture& shared_fixture(const std::string& kind, bool round_graphs = false) {
+fixture& shared_fixture(const std::string& kind, int graph_mode = per_step) {
   // Never destroyed: the executors they allocate from are function-local statics too, and
   // exit-time destruction order between them is not ours to choose.
-  static auto* fixtures = new std::unique_ptr<fixture>[6];
-  const int i = (kind == "host" ? 0 : kind == "cuda" ? 1 : 2) + (round_graphs ? 3 : 0);
-  if (!fixtures[i])
-    fixtures[i] = std::make_unique<fixture>(bench_executor(kind), true, round_graphs);
+  static auto* fixtures = new std::unique_ptr<fixture>[3 * graph_modes];
+  const int i = (kind == "host" ? 0 : kind == "cuda" ? 1 : 2) * graph_modes + graph_mode;
+  if (!fixtures[i]) fixtures[i] = std::make_unique<fixture>(bench_executor(kind), true, graph_mode);
   return *fixtures[i];
 }
 
@@ -143,25 +164,52 @@ void upload(benchmark::State& state, const std::string& kind) {
   clock.report(state);
 }
 
-// Capture + instantiate of the whole default table (51 buckets x 5 steps) on a fresh runtime.
-void capture_table(benchmark::State& state, const std::string& kind) {
+// Device memory in use (CUDA), to see what the captured graphs hold; 0 elsewhere.
+double device_bytes_in_use() {
+#if defined(SPECGRAPH_HAS_CUDA)
+  if (cuda_available()) {
+    std::size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) {
+      return static_cast<double>(total - free_bytes);
+    }
+  }
+#endif
+  return 0;
+}
+
+// Capture + instantiate of the whole default table (51 buckets; 5 steps each, or one graph per
+// bucket with a device step counter, plus the round graphs where the mode has them) on a fresh
+// runtime: time, graph count, nodes, and the device memory the graphs took.
+void capture_table(benchmark::State& state, const std::string& kind, int graph_mode) {
   executor& ex = bench_executor(kind);
   std::int32_t graphs = 0;
+  std::size_t nodes = 0;
+  double graph_bytes = 0;
   for (auto _ : state) {
-    fixture f(ex, false);
+    fixture f(ex, false, graph_mode);
+    ex.synchronize();
+    const double before = device_bytes_in_use();
     const auto t0 = clock_type::now();
-    graphs = f.rt->capture().graphs;
+    const capture_report report = f.rt->capture();
     state.SetIterationTime(since(t0));
+    ex.synchronize();
+    graph_bytes = device_bytes_in_use() - before;
+    graphs = report.graphs;
+    nodes = 0;
+    for (const graph_timing& t : report.per_graph) nodes += t.nodes;
   }
   state.counters["graphs"] = graphs;
+  state.counters["graph_nodes"] = static_cast<double>(nodes);
+  state.counters["graph_device_bytes"] = graph_bytes;
+  state.SetLabel(mode_name(graph_mode));
 }
 
 // Host cost of one round's stage() and each step's replay(), as the serving loop's CPU thread
 // pays it. On "host-null-kernels" graph launches do nothing, leaving the runtime's bookkeeping;
 // on "cuda" replay enqueues cudaGraphLaunch (the stream is drained every 32 rounds, untimed).
-void stage_and_replay(benchmark::State& state, const std::string& kind, bool round_graphs) {
+void stage_and_replay(benchmark::State& state, const std::string& kind, int graph_mode) {
   executor& ex = bench_executor(kind);
-  fixture& f = shared_fixture(kind, round_graphs);
+  fixture& f = shared_fixture(kind, graph_mode);
   const round_inputs in = f.inputs(static_cast<std::int32_t>(state.range(0)));
   std::int64_t rounds = 0;
   double stage_s = 0, replay_s = 0;
@@ -169,7 +217,11 @@ void stage_and_replay(benchmark::State& state, const std::string& kind, bool rou
     const auto t0 = clock_type::now();
     f.rt->stage(in);
     const auto t1 = clock_type::now();
-    f.rt->run_round(kSteps);  // kSteps launches, or one with whole-round graphs
+    if (graph_mode == device_depth) {
+      f.rt->run_round_on_device();  // one launch; the device decides the depth
+    } else {
+      f.rt->run_round(kSteps);  // kSteps launches, or one with whole-round graphs
+    }
     const auto t2 = clock_type::now();
     stage_s += std::chrono::duration<double>(t1 - t0).count();
     replay_s += std::chrono::duration<double>(t2 - t1).count();
@@ -186,6 +238,8 @@ void stage_and_replay(benchmark::State& state, const std::string& kind, bool rou
   state.counters["us_per_step"] = 1e6 * (stage_s + replay_s) / (n * kSteps);
   state.counters["us_stage"] = 1e6 * stage_s / n;
   state.counters["us_replay"] = 1e6 * replay_s / (n * kSteps);
+  state.counters["us_round_replay"] = 1e6 * replay_s / n;
+  state.SetLabel(mode_name(graph_mode));
 }
 
 // Device time of step s replayed as a graph vs the same kernels launched eagerly.
@@ -247,10 +301,13 @@ int main(int argc, char** argv) {
         ->ArgsProduct(one)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
-    RegisterBenchmark(("lifecycle/capture_table/" + kind).c_str(),
-                      [kind](benchmark::State& s) { capture_table(s, kind); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+    for (const int mode : {per_step, device_steps, device_depth}) {
+      RegisterBenchmark(
+          ("lifecycle/capture_table/" + std::string(mode_name(mode)) + "/" + kind).c_str(),
+          [kind, mode](benchmark::State& s) { capture_table(s, kind, mode); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
     for (const bool eager : {false, true}) {
       RegisterBenchmark(
           ("replay/step_device_time/" + std::string(eager ? "eager/" : "graph/") + kind).c_str(),
@@ -263,11 +320,10 @@ int main(int argc, char** argv) {
   }
   kinds.front() = "host-null-kernels";  // host bookkeeping without the kernels
   for (const std::string& kind : kinds) {
-    for (const bool round : {false, true}) {
+    for (const int mode : {per_step, round_graphs, device_steps, device_depth}) {
       RegisterBenchmark(
-          (std::string(round ? "replay/stage_and_round_graph/" : "replay/stage_and_replay/") + kind)
-              .c_str(),
-          [kind, round](benchmark::State& s) { stage_and_replay(s, kind, round); })
+          ("replay/stage_and_round/" + std::string(mode_name(mode)) + "/" + kind).c_str(),
+          [kind, mode](benchmark::State& s) { stage_and_replay(s, kind, mode); })
           ->ArgNames({"bucket"})
           ->Arg(1)
           ->Arg(8)

@@ -193,6 +193,7 @@ class cuda_executor final : public executor {
   }
   void record_event(device_event e) override {
     device_scope d(device_);
+    forbid_in_conditional_body("an event record");
     if (capturing()) {
       SPECGRAPH_CUDA_TRY(cudaEventRecordWithFlags(e, stream_, cudaEventRecordExternal));
     } else {
@@ -201,6 +202,7 @@ class cuda_executor final : public executor {
   }
   void wait_event(device_event e) override {
     device_scope d(device_);
+    forbid_in_conditional_body("an event wait");
     SPECGRAPH_CUDA_TRY(cudaStreamWaitEvent(stream_, e, capturing() ? cudaEventWaitExternal : 0));
   }
   bool event_complete(device_event e) override {
@@ -284,6 +286,10 @@ class cuda_executor final : public executor {
   std::unique_ptr<graph> end_capture() override {
     if (!own_capture_) throw capture_violation("cuda executor: end_capture without begin_capture");
     device_scope d(device_);
+    if (main_stream_ != nullptr) {
+      abort_capture();
+      throw capture_violation("cuda executor: end_capture inside a conditional body");
+    }
     own_capture_ = false;
     cudaGraph_t g = nullptr;
     const cudaError_t e = cudaStreamEndCapture(stream_, &g);
@@ -301,12 +307,62 @@ class cuda_executor final : public executor {
     int previous = 0;
     (void)cudaGetDevice(&previous);
     (void)cudaSetDevice(device_);
+    if (main_stream_ != nullptr) {  // a body capture in flight: end it first
+      cudaGraph_t body = nullptr;
+      (void)cudaStreamEndCapture(stream_, &body);
+      stream_ = main_stream_;
+      main_stream_ = nullptr;
+    }
     cudaGraph_t g = nullptr;
     (void)cudaStreamEndCapture(stream_, &g);  // always end, even after invalidation
     if (g != nullptr) (void)cudaGraphDestroy(g);
     (void)cudaGetLastError();
     free_deferred();
     (void)cudaSetDevice(previous);
+  }
+  conditional_handle begin_while(bool initial) override {
+    device_scope d(device_);
+    if (!capturing()) throw capture_violation("cuda executor: begin_while outside capture");
+    if (main_stream_ != nullptr) {
+      throw capture_violation("cuda executor: conditional nodes do not nest here");
+    }
+    // The WHILE node goes after everything captured so far; the main capture continues after
+    // it, and the body is captured into the node's own graph on an internal stream.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaGraph_t g = nullptr;
+    const cudaGraphNode_t* deps = nullptr;
+    const cudaGraphEdgeData* edges = nullptr;
+    std::size_t n = 0;
+    SPECGRAPH_CUDA_TRY(cudaStreamGetCaptureInfo(stream_, &status, nullptr, &g, &deps, &edges, &n));
+    cudaGraphConditionalHandle handle = 0;
+    SPECGRAPH_CUDA_TRY(cudaGraphConditionalHandleCreate(&handle, g, initial ? 1u : 0u,
+                                                        cudaGraphCondAssignDefault));
+    cudaGraphNodeParams params{};
+    params.type = cudaGraphNodeTypeConditional;
+    params.conditional.handle = handle;
+    params.conditional.type = cudaGraphCondTypeWhile;
+    params.conditional.size = 1;
+    cudaGraphNode_t node = nullptr;
+    SPECGRAPH_CUDA_TRY(cudaGraphAddNode(&node, g, deps, edges, n, &params));
+    SPECGRAPH_CUDA_TRY(cudaStreamUpdateCaptureDependencies(stream_, &node, nullptr, 1,
+                                                           cudaStreamSetCaptureDependencies));
+    if (!body_stream_) body_stream_ = detail::make_stream();
+    SPECGRAPH_CUDA_TRY(cudaStreamBeginCaptureToGraph(body_stream_.get(),
+                                                     params.conditional.phGraph_out[0], nullptr,
+                                                     nullptr, 0, cudaStreamCaptureModeThreadLocal));
+    main_stream_ = stream_;
+    stream_ = body_stream_.get();
+    return handle;
+  }
+  void end_while() override {
+    if (main_stream_ == nullptr)
+      throw capture_violation("cuda executor: end_while without begin_while");
+    device_scope d(device_);
+    cudaGraph_t body = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream_, &body);
+    stream_ = main_stream_;
+    main_stream_ = nullptr;
+    SPECGRAPH_CUDA_TRY(e);
   }
   bool capturing() const noexcept override {
     if (own_capture_) return true;
@@ -375,6 +431,12 @@ class cuda_executor final : public executor {
                               " is not allowed during graph capture");
     }
   }
+  void forbid_in_conditional_body(const char* what) const {
+    if (main_stream_ != nullptr) {
+      throw capture_violation(std::string("cuda executor: ") + what +
+                              " is not allowed inside a conditional body");
+    }
+  }
   void free_deferred() noexcept {
     for (void* p : deferred_frees_) {
       if (cudaFree(p) == cudaSuccess) ++counters_.frees;
@@ -388,6 +450,8 @@ class cuda_executor final : public executor {
   detail::unique_event timing_start_, timing_stop_;  // time_device, created on first use
   int* timing_flags_ = nullptr;  // time_device: [release, timed out], pinned and mapped
   bool own_capture_ = false;
+  detail::unique_stream body_stream_;   // captures conditional bodies, created on first use
+  cudaStream_t main_stream_ = nullptr;  // set while stream_ is the body stream
   std::vector<void*> deferred_frees_;
 };
 

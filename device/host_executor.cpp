@@ -27,7 +27,7 @@ struct host_event {
 // its arguments), a copy or fill whose addresses are fixed at record time, a whole graph launch,
 // or the point where an event is recorded.
 struct host_node {
-  enum class kind { kernel, copy, fill, graph, event } type = kind::kernel;
+  enum class kind { kernel, copy, fill, graph, event, loop } type = kind::kernel;
   std::string name;
   std::int64_t rows = 0;
   host_rows_fn run = nullptr;
@@ -38,6 +38,11 @@ struct host_node {
   unsigned char value = 0;
   std::shared_ptr<const std::vector<host_node>> graph_nodes;  // kind::graph
   struct host_event* recorded_event = nullptr;                // kind::event: a record node
+  // kind::loop: a WHILE node; its body repeats while *condition is set (kernels set it through
+  // the handle, the condition's address, which copies of the node share).
+  std::shared_ptr<std::vector<host_node>> body;
+  std::shared_ptr<unsigned> condition;
+  bool initial = false;
 
   void execute() const {
     switch (type) {
@@ -48,6 +53,21 @@ struct host_node {
         for (const host_node& n : *graph_nodes) n.execute();
         break;
       case kind::event: break;
+      case kind::loop: run_loop(); break;
+    }
+  }
+
+  void run_loop() const {
+    // A body whose condition never clears would hang a GPU too; here it is reported instead.
+    constexpr std::int64_t max_iterations = std::int64_t{1} << 24;
+    *condition = initial ? 1u : 0u;
+    for (std::int64_t i = 0; *condition != 0; ++i) {
+      if (i == max_iterations) {
+        throw error(
+            "host executor: a conditional WHILE body ran 2^24 times without clearing its "
+            "condition");
+      }
+      for (const host_node& n : *body) n.execute();
     }
   }
 };
@@ -75,6 +95,7 @@ class host_graph final : public graph {
         case host_node::kind::fill: out << "fill " << n.bytes << " bytes"; break;
         case host_node::kind::graph: out << "graph"; break;
         case host_node::kind::event: out << "event"; break;
+        case host_node::kind::loop: out << "while (" << n.body->size() << " body nodes)"; break;
       }
       out << "\"];\n";
       if (i > 0) out << "  n" << (i - 1) << " -> n" << i << ";\n";
@@ -100,6 +121,7 @@ bool same_topology(const std::vector<host_node>& a, const std::vector<host_node>
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].type != b[i].type || a[i].run != b[i].run) return false;
+    if (a[i].type == host_node::kind::loop && !same_topology(*a[i].body, *b[i].body)) return false;
   }
   return true;
 }
@@ -216,6 +238,7 @@ class host_executor final : public executor {
   }
   void destroy_event(device_event e) noexcept override { delete as_event(e); }
   void record_event(device_event e) override {
+    forbid_in_conditional_body("an event record");
     if (capturing_) {
       // An external record node: at each replay the event is recorded again. A replay runs the
       // whole graph as one operation, so the event completes with it.
@@ -228,6 +251,7 @@ class host_executor final : public executor {
     as_event(e)->recorded_at = submitted_;
   }
   void wait_event(device_event) override {
+    forbid_in_conditional_body("an event wait");
     // One stream: everything recorded anywhere on this executor is already ordered before what
     // follows. A wait node keeps the graph's shape comparable with CUDA's.
     if (capturing_) {
@@ -275,6 +299,10 @@ class host_executor final : public executor {
   }
   std::unique_ptr<graph> end_capture() override {
     if (!capturing_) throw capture_violation("host executor: end_capture without begin_capture");
+    if (while_body_) {
+      abort_capture();
+      throw capture_violation("host executor: end_capture inside a conditional body");
+    }
     end_capture_state();
     return std::make_unique<host_graph>(std::exchange(recorded_, {}));
   }
@@ -282,6 +310,25 @@ class host_executor final : public executor {
     if (!capturing_) return;
     end_capture_state();
     recorded_.clear();
+  }
+  conditional_handle begin_while(bool initial) override {
+    if (!capturing_) throw capture_violation("host executor: begin_while outside capture");
+    if (while_body_) throw capture_violation("host executor: conditional nodes do not nest here");
+    while_body_ = std::make_shared<std::vector<host_node>>();
+    while_condition_ = std::make_shared<unsigned>(initial ? 1u : 0u);
+    while_initial_ = initial;
+    return static_cast<conditional_handle>(
+        reinterpret_cast<std::uintptr_t>(while_condition_.get()));
+  }
+  void end_while() override {
+    if (!while_body_) throw capture_violation("host executor: end_while without begin_while");
+    host_node n;
+    n.type = host_node::kind::loop;
+    n.body = std::move(while_body_);
+    n.condition = std::move(while_condition_);
+    n.initial = while_initial_;
+    while_body_.reset();
+    recorded_.push_back(std::move(n));
   }
   bool capturing() const noexcept override { return capturing_; }
 
@@ -336,14 +383,23 @@ class host_executor final : public executor {
                               "it; allocate and read back outside capture)");
     }
   }
+  void forbid_in_conditional_body(const char* what) const {
+    if (while_body_) {
+      throw capture_violation(std::string("host executor: ") + what +
+                              " is not allowed inside a conditional body (CUDA allows only "
+                              "kernels, memsets and device copies there)");
+    }
+  }
   void end_capture_state() noexcept {
     capturing_ = false;
+    while_body_.reset();
+    while_condition_.reset();
     for (void* p : deferred_frees_) free_now(p);
     deferred_frees_.clear();
   }
   void submit(host_node n) {
     if (capturing_) {
-      recorded_.push_back(std::move(n));
+      (while_body_ ? *while_body_ : recorded_).push_back(std::move(n));
       return;
     }
     ++submitted_;
@@ -367,6 +423,9 @@ class host_executor final : public executor {
   host_executor_options options_;
   bool capturing_ = false;
   std::vector<host_node> recorded_;
+  std::shared_ptr<std::vector<host_node>> while_body_;  // set between begin_while and end_while
+  std::shared_ptr<unsigned> while_condition_;
+  bool while_initial_ = false;
   std::vector<void*> deferred_frees_;
   std::deque<host_node> queue_;  // deferred mode: submitted, not yet executed
   std::int64_t submitted_ = 0;   // operations submitted outside capture

@@ -105,6 +105,9 @@ step_view draft_buffers::view(std::int32_t bucket, std::int32_t step) const {
   v.cu_seqlens_q = cu_seqlens_q();
   v.expand_page_table = at<std::int32_t>(l.expand_page_table[static_cast<std::size_t>(step)]);
   v.expand_capacity = step + 2;
+  v.expand_stride = l.expand_stride[static_cast<std::size_t>(step)];
+  v.device_step = c.device_steps ? device_step() : nullptr;
+  v.confidence = confidence();
   v.expand_cache_seqlen = at<std::int32_t>(l.expand_cache_seqlen[static_cast<std::size_t>(step)]);
   v.sparse = sparse();
   return v;

@@ -22,7 +22,16 @@ draft_runtime::graph_slot& draft_runtime::slot(std::size_t bucket_index, std::in
 
 // The work of graph(bucket, step): the round's setup in step 0, the step's metadata, then the
 // engine's forward. Recorded by capture, or launched directly by run_eager.
+// With a device step counter one body serves every step: the setup runs on the device only at
+// step 0, the step's metadata reads the counter, and the last node advances it.
 void draft_runtime::record_graph_body(std::int32_t bucket, std::int32_t step) {
+  if (plan_->config.device_steps) {
+    setup_round(*ex_, buffers_, bucket, tables_);
+    step_metadata_at_device_step(*ex_, buffers_, bucket);
+    if (forward_all_) forward_all_(view(bucket, 0));
+    advance_step(*ex_, buffers_);
+    return;
+  }
   if (step == 0) setup_round(*ex_, buffers_, bucket, tables_);
   step_metadata(*ex_, buffers_, bucket, step);
   const forward_fn& f = forwards_[static_cast<std::size_t>(step)]
@@ -31,16 +40,38 @@ void draft_runtime::record_graph_body(std::int32_t bucket, std::int32_t step) {
   if (f) f(view(bucket, step));
 }
 
+// The device-depth round: the step body inside a WHILE node whose condition a kernel sets after
+// each step (continue while below max_depth and any real row is confident enough).
+void draft_runtime::record_conditional_round(std::int32_t bucket) {
+  const conditional_handle h = ex_->begin_while(/*initial=*/true);
+  record_graph_body(bucket, 0);
+  if (condition_) {
+    condition_(view(bucket, 0), h);
+  } else {
+    continue_while_confident(*ex_, buffers_, bucket, h);
+  }
+  ex_->end_while();
+}
+
 std::unique_ptr<graph> draft_runtime::capture_graph(std::int32_t bucket, std::int32_t step) {
   ensure_usable();
   const bool round = step == all_steps;
   (void)buffers_.view(bucket, round ? 0 : step);  // validates bucket and step first
+  const draft_config& c = plan_->config;
+  if (c.device_steps) {
+    SPECGRAPH_EXPECTS(round ? c.device_depth : step == 0, "step",
+                      std::to_string(step) +
+                          (round ? ": no round graph without device_depth"
+                                 : ": with device_steps one graph (step 0) serves every step"));
+  }
   guarding_cuda([&] { ex_->begin_capture(); });
   const std::string what = "capture of graph (bucket " + std::to_string(bucket) + ", " +
                            (round ? std::string("whole round") : "step " + std::to_string(step)) +
                            ") failed: ";
   try {
-    if (round) {
+    if (round && c.device_steps) {
+      record_conditional_round(bucket);
+    } else if (round) {
       for (std::int32_t s = 0; s < plan_->config.num_steps; ++s) record_graph_body(bucket, s);
     } else {
       record_graph_body(bucket, step);
@@ -66,12 +97,13 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
   const auto start = clock_type::now();
   // Largest bucket first: the order engines use, so a memory pool shared across graphs is sized
   // by the first (largest) capture.
-  const std::int32_t per_bucket = c.num_steps + (c.round_graphs ? 1 : 0);
+  const std::int32_t step_graphs = c.device_steps ? 1 : c.num_steps;
+  const std::int32_t per_bucket = step_graphs + (c.round_graphs || c.device_depth ? 1 : 0);
   const int total = static_cast<int>(c.buckets.size()) * per_bucket;
   for (std::size_t bi = c.buckets.size(); bi-- > 0;) {
     const std::int32_t bucket = c.buckets[bi];
     for (std::int32_t i = 0; i < per_bucket; ++i) {
-      const std::int32_t s = i < c.num_steps ? i : all_steps;  // the round graph comes last
+      const std::int32_t s = i < step_graphs ? i : all_steps;  // the round graph comes last
       detail::nvtx_range r(
           s == all_steps ? nvtx_capture_round_ : nvtx_capture_[static_cast<std::size_t>(s)], bucket,
           static_cast<std::uint32_t>(i + 1));
@@ -110,8 +142,10 @@ void draft_runtime::check_replay_step(std::int32_t step) const {
   const draft_config& c = plan_->config;
   if (bucket_ == 0) throw error("replay before stage(): no round inputs are staged");
   detail::in_range("step", step, 0, c.num_steps, "num_steps");
+  // Step 0 may restart a round (it recomputes the prefix), except with a device step counter,
+  // which only staging resets.
   SPECGRAPH_EXPECTS(
-      step == 0 || step == next_step_, "step",
+      step == next_step_ || (step == 0 && !c.device_steps), "step",
       std::to_string(step) + " replayed out of order: the next step of this round is " +
           std::to_string(next_step_) + " (step 0 computes the round's prefix metadata)");
 }
@@ -128,9 +162,34 @@ void draft_runtime::replay(std::int32_t step) {
   check_replay_step(step);
   detail::nvtx_range r(nvtx_replay_[static_cast<std::size_t>(step)], bucket_,
                        static_cast<std::uint32_t>(step + 1));
-  graph_slot& target = slot(static_cast<std::size_t>(bucket_index_), step);
+  // With a device step counter every step replays the same graph.
+  graph_slot& target =
+      slot(static_cast<std::size_t>(bucket_index_), plan_->config.device_steps ? 0 : step);
   guarding_cuda([&] { ex_->launch_graph(*target.exec); });
   next_step_ = step + 1;
+}
+
+void draft_runtime::run_round_on_device() {
+  ensure_usable();
+  const draft_config& c = plan_->config;
+  SPECGRAPH_EXPECTS(c.device_depth, "device_depth",
+                    "false: no round graph decides its depth on the device");
+  if (!captured_) throw error("replay before capture(): no graphs exist yet");
+  check_replay_step(0);
+  {
+    detail::nvtx_range r(nvtx_round_, bucket_, 0);
+    graph_slot& target = slot(static_cast<std::size_t>(bucket_index_), all_steps);
+    guarding_cuda([&] { ex_->launch_graph(*target.exec); });
+  }
+  next_step_ = c.num_steps;  // the device decided; the round is over either way
+  if (c.checked) check_guards();
+}
+
+std::int32_t draft_runtime::read_round_depth() {
+  ensure_usable();
+  std::int32_t depth = 0;
+  guarding_cuda([&] { ex_->copy_to_host(&depth, buffers_.device_step(), sizeof depth); });
+  return depth;
 }
 
 void draft_runtime::run_round(std::int32_t depth) {

@@ -9,6 +9,7 @@
 #include "device/checks.hpp"
 #include "kernels/builtin_kernels.hpp"
 #include "kernels/guard_ops.hpp"
+#include "kernels/round_control.hpp"
 #include "kernels/stage_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
@@ -31,6 +32,12 @@ void check_index_type(const char* field, const index_array& a) {
 
 }  // namespace
 
+void check_round_control(const draft_config& c, std::int32_t max_depth, float min_confidence) {
+  detail::between("max_depth", max_depth, 0, c.num_steps, "num_steps");
+  SPECGRAPH_EXPECTS(!(min_confidence != min_confidence), "min_confidence",  // NaN
+                    "NaN is not a threshold");
+}
+
 void initialize_buffers(executor& ex, const draft_buffers& b) {
   const draft_config& c = b.plan().config;
   ex.fill_bytes(b.base(), 0, b.bytes());
@@ -50,6 +57,7 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   check_index_type("req_pool_index", in.req_pool_index);
   check_index_type("seq_len", in.seq_len);
   detail::not_null("out_cache_loc", in.out_cache_loc);
+  check_round_control(c, in.max_depth, in.min_confidence);
   const std::int32_t bucket = p.bucket_for(in.batch);
 
   kernels::stage_inputs_kernel::params k{};
@@ -59,6 +67,11 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   k.seq_len_is_int64 = in.seq_len.type == index_type::int64 ? 1 : 0;
   k.cache_loc_src = in.out_cache_loc;
   k.real_batch = b.real_batch();
+  k.device_step = b.device_step();
+  k.max_depth = b.max_depth();
+  k.min_confidence = b.min_confidence();
+  k.round_max_depth = in.max_depth > 0 ? in.max_depth : c.num_steps;
+  k.round_min_confidence = in.min_confidence;
   k.req_pool_index = b.req_pool_index();
   k.seq_len = b.seq_len();
   k.out_cache_loc = b.out_cache_loc();
@@ -81,10 +94,17 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
   const draft_config& c = pl.config;
   check_bucket(pl, bucket);
   detail::not_null("req_to_token", tables.req_to_token);
-  // Every guard but the staging one, which the round's staging reset and may have set.
-  ex.fill_bytes(b.guards() + plan_layout::guard_prefix, 0,
-                static_cast<std::size_t>(pl.layout.guard_count - plan_layout::guard_prefix) *
-                    sizeof(guard_word));
+  // Every guard but the staging one, which the round's staging reset and may have set. With a
+  // device step counter the reset is a kernel that runs only at step 0.
+  const std::int32_t words = pl.layout.guard_count - plan_layout::guard_prefix;
+  if (c.device_steps) {
+    kernels::reset_guards_kernel::params r{b.guards() + plan_layout::guard_prefix, b.device_step()};
+    ex.launch(
+        make_kernel_launch<kernels::reset_guards_kernel>(r, words, kernels::cuda_reset_guards()));
+  } else {
+    ex.fill_bytes(b.guards() + plan_layout::guard_prefix, 0,
+                  static_cast<std::size_t>(words) * sizeof(guard_word));
+  }
   prefix_params p;
   p.req_to_token = tables.req_to_token;
   p.req_to_token_stride = c.max_context_len;
@@ -103,6 +123,7 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
   p.guard = b.guards() + plan_layout::guard_prefix;
   p.slot_limit = c.kv_slots;
   p.refused = b.prefix_refused();
+  p.run_when_zero = c.device_steps ? b.device_step() : nullptr;
   launch_prefix_metadata(ex, p);
 }
 
@@ -121,13 +142,57 @@ void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, st
   e.topk = c.topk;
   e.page_size = c.page_size;
   e.page_table = b.expand_page_table(step);
-  e.page_table_stride = step + 2;
+  e.page_table_stride = pl.layout.expand_stride[static_cast<std::size_t>(step)];
   e.capacity = step + 2;
   e.cache_seqlen = b.expand_cache_seqlen(step);
   e.guard = b.guards() + plan_layout::guard_expand(step);
   e.slot_limit = c.kv_slots;
   e.layout_check_batch = c.checked ? b.real_batch() : nullptr;
   launch_expand_page_table(ex, e);
+}
+
+void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket) {
+  const plan& pl = b.plan();
+  const draft_config& c = pl.config;
+  SPECGRAPH_EXPECTS(c.device_steps, "device_steps", "false: the plan has a table per step");
+  check_bucket(pl, bucket);
+  expand_params e;
+  e.cache_loc = b.out_cache_loc();
+  e.cache_loc_stride = c.num_steps;
+  e.slots_read = 0;  // slice-before-scatter: d = step + 1 slots, decided on the device
+  e.last_page_len = b.last_page_len();
+  e.batch = bucket;
+  e.topk = c.topk;
+  e.page_size = c.page_size;
+  e.page_table = b.expand_page_table(0);  // one table for every step
+  e.page_table_stride = pl.layout.expand_stride[0];
+  e.cache_seqlen = b.expand_cache_seqlen(0);
+  e.guard = b.guards() + plan_layout::guard_expand(0);
+  e.slot_limit = c.kv_slots;
+  e.layout_check_batch = c.checked ? b.real_batch() : nullptr;
+  e.device_step = b.device_step();
+  e.device_steps = c.num_steps;
+  launch_expand_page_table(ex, e);
+}
+
+void advance_step(executor& ex, const draft_buffers& b) {
+  kernels::advance_step_kernel::params p{b.device_step()};
+  ex.launch(make_kernel_launch<kernels::advance_step_kernel>(p, 1, kernels::cuda_advance_step()));
+}
+
+void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                              conditional_handle handle) {
+  check_bucket(b.plan(), bucket);
+  kernels::continue_condition_kernel::params p{};
+  p.step = b.device_step();
+  p.max_depth = b.max_depth();
+  p.min_confidence = b.min_confidence();
+  p.confidence = b.confidence();
+  p.real_batch = b.real_batch();
+  p.topk = b.plan().config.topk;
+  p.handle = handle;
+  ex.launch(make_kernel_launch<kernels::continue_condition_kernel>(
+      p, 1, kernels::cuda_continue_condition()));
 }
 
 void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stage) {
@@ -142,8 +207,8 @@ void count_violations(executor& ex, const draft_buffers& b, std::int32_t* violat
   k.guards = b.guards();
   k.count = b.plan().layout.guard_count;
   k.out = violations;
-  ex.launch(make_kernel_launch<kernels::count_violations_kernel>(k, 1,
-                                                                 kernels::cuda_count_violations()));
+  ex.launch(
+      make_kernel_launch<kernels::count_violations_kernel>(k, 1, kernels::cuda_count_violations()));
 }
 
 std::vector<guard_word> read_guards(executor& ex, const draft_buffers& b) {

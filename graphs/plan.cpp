@@ -82,6 +82,7 @@ const char* to_string(dtype t) noexcept {
   switch (t) {
     case dtype::int32: return "int32";
     case dtype::int64: return "int64";
+    case dtype::float32: return "float32";
     case dtype::guard: return "guard_word";
   }
   return "?";
@@ -91,6 +92,7 @@ std::size_t size_of(dtype t) noexcept {
   switch (t) {
     case dtype::int32: return 4;
     case dtype::int64: return 8;
+    case dtype::float32: return 4;
     case dtype::guard: return sizeof(guard_word);
   }
   return 0;
@@ -129,6 +131,11 @@ void validate(const draft_config& c) {
                           " is below max_batch " + std::to_string(c.max_batch) +
                           " (a batch of max_batch would have no bucket)");
   }
+  SPECGRAPH_EXPECTS(!c.device_depth || c.device_steps, "device_depth",
+                    "true requires device_steps (the round graph loops over the step graph)");
+  SPECGRAPH_EXPECTS(!(c.device_steps && c.round_graphs), "round_graphs",
+                    "true cannot be combined with device_steps (use device_depth for one launch "
+                    "per round)");
   if (c.sparse) {
     const sparse_config& s = *c.sparse;
     between("sparse.heads", s.heads, 1, limits::max_heads, "the limit");
@@ -167,6 +174,9 @@ plan make_plan(const draft_config& config) {
 
   arena_builder a(p.buffers);
   l.real_batch = a.add("input.real_batch", all_steps, {1}, dtype::int32);
+  l.device_step = a.add("round.step", all_steps, {1}, dtype::int32, 4);
+  l.max_depth = a.add("round.max_depth", all_steps, {1}, dtype::int32, 4);
+  l.min_confidence = a.add("round.min_confidence", all_steps, {1}, dtype::float32, 4);
   l.req_pool_index = a.add("input.req_pool_index", all_steps, {max_bucket}, dtype::int32, 4);
   l.seq_len = a.add("input.seq_len", all_steps, {max_bucket}, dtype::int32, 4);
   l.small_inputs_bytes = a.end() - l.real_batch;
@@ -179,11 +189,25 @@ plan make_plan(const draft_config& config) {
       a.add("prefix.page_table", all_steps, {max_bucket, prefix_cols}, dtype::int32);
   l.cu_seqlens_q = a.add("prefix.cu_seqlens_q", all_steps, {max_bucket + 1}, dtype::int32);
   l.prefix_refused = a.add("prefix.refused", all_steps, {max_bucket}, dtype::int32);  // scratch
-  // Per-step expand metadata: exactly d + 1 = s + 2 columns.
-  for (std::int32_t s = 0; s < c.num_steps; ++s) {
-    l.expand_page_table.push_back(a.add("expand.page_table", s, {rows, s + 2}, dtype::int32));
-    l.expand_cache_seqlen.push_back(a.add("expand.cache_seqlen", s, {rows}, dtype::int32));
+  // Expand metadata: per step exactly d + 1 = s + 2 columns; with device steps one table the
+  // widest step's width, shared by every step (each still writes only its own s + 2 columns).
+  if (c.device_steps) {
+    const std::size_t table =
+        a.add("expand.page_table", all_steps, {rows, c.num_steps + 1}, dtype::int32);
+    const std::size_t seqlen = a.add("expand.cache_seqlen", all_steps, {rows}, dtype::int32);
+    for (std::int32_t s = 0; s < c.num_steps; ++s) {
+      l.expand_page_table.push_back(table);
+      l.expand_stride.push_back(c.num_steps + 1);
+      l.expand_cache_seqlen.push_back(seqlen);
+    }
+  } else {
+    for (std::int32_t s = 0; s < c.num_steps; ++s) {
+      l.expand_page_table.push_back(a.add("expand.page_table", s, {rows, s + 2}, dtype::int32));
+      l.expand_stride.push_back(s + 2);
+      l.expand_cache_seqlen.push_back(a.add("expand.cache_seqlen", s, {rows}, dtype::int32));
+    }
   }
+  l.confidence = a.add("round.confidence", all_steps, {rows}, dtype::float32);
   if (c.sparse) {
     const sparse_config& sp = *c.sparse;
     const std::int64_t heads = sp.heads;
@@ -235,9 +259,14 @@ plan make_plan(const draft_config& config) {
   }
 
   p.our_prefix_table_bytes = p.find("prefix.page_table").bytes;
-  for (std::int32_t s = 0; s < c.num_steps; ++s) {
-    p.our_expand_table_bytes += p.find("expand.page_table", s).bytes;
+  for (const buffer_spec& b : p.buffers) {
+    if (b.name == "expand.page_table") p.our_expand_table_bytes += b.bytes;
   }
+  // Both modes' expand tables + cache_seqlens, for the side-by-side report (int64, < 2^45).
+  const std::int64_t steps = c.num_steps;
+  p.per_step_expand_bytes =
+      static_cast<std::size_t>(rows * (steps * (steps + 3) / 2) * 4 + rows * steps * 4);
+  p.device_steps_expand_bytes = static_cast<std::size_t>(rows * (steps + 1) * 4 + rows * 4);
   // Below 2^40 * 2^10 * 2^28: inside size_t.
   p.today.prefix_table_bytes = static_cast<std::size_t>(c.num_steps) *
                                static_cast<std::size_t>(max_bucket) *

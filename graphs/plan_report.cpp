@@ -36,6 +36,10 @@ std::string plan::report_text() const {
     << "expand page tables: " << our_expand_table_bytes
     << " bytes (d + 1 wide per step); today's engine sizing: " << today.expand_table_bytes
     << " bytes (num_steps wide per step)\n"
+    << "expand tables by mode: " << per_step_expand_bytes << " bytes per-step, "
+    << device_steps_expand_bytes
+    << " bytes device-steps (this plan: " << (config.device_steps ? "device-steps" : "per-step")
+    << ")\n"
     << "total: " << total_bytes << " bytes vs " << today.total_bytes << " bytes today ("
     << std::fixed << std::setprecision(2) << ratio << "x)\n";
   return s.str();
@@ -65,7 +69,10 @@ std::string plan::report_json() const {
     << ",\"expand_table_bytes\":" << our_expand_table_bytes
     << ",\"today\":{\"prefix_table_bytes\":" << today.prefix_table_bytes
     << ",\"expand_table_bytes\":" << today.expand_table_bytes
-    << ",\"total_bytes\":" << today.total_bytes << "},\"ratio\":" << ratio << "}";
+    << ",\"total_bytes\":" << today.total_bytes << "},\"ratio\":" << ratio
+    << ",\"modes\":{\"per_step_expand_bytes\":" << per_step_expand_bytes
+    << ",\"device_steps_expand_bytes\":" << device_steps_expand_bytes << ",\"this_plan\":\""
+    << (config.device_steps ? "device_steps" : "per_step") << "\"}}";
   return s.str();
 }
 

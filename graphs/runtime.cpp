@@ -91,8 +91,17 @@ void draft_runtime::set_forward(forward_fn f) {
   forward_all_ = std::move(f);
 }
 
+void draft_runtime::set_condition(condition_fn f) {
+  SPECGRAPH_EXPECTS(plan_->config.device_depth, "device_depth",
+                    "false: only a device-depth round graph has a condition");
+  condition_ = std::move(f);
+}
+
 void draft_runtime::set_forward(std::int32_t step, forward_fn f) {
   detail::in_range("step", step, 0, plan_->config.num_steps, "num_steps");
+  SPECGRAPH_EXPECTS(!plan_->config.device_steps, "step",
+                    "a per-step forward needs per-step graphs (device_steps captures one forward "
+                    "for every step)");
   forwards_[static_cast<std::size_t>(step)] = std::move(f);
 }
 
@@ -136,13 +145,17 @@ void draft_runtime::stage(const round_inputs& in) {
   detail::not_null("req_pool_index", in.req_pool_index.data);
   detail::not_null("seq_len", in.seq_len.data);
   detail::not_null("out_cache_loc", in.out_cache_loc);
+  check_round_control(c, in.max_depth, in.min_confidence);
   const std::int32_t bucket = plan_->bucket_for(in.batch);
 
   // Validate everything before anything is written (not even the staging slot): a rejected
   // round leaves the static inputs untouched. Checks in int64, so no value is narrowed first.
   for (std::int32_t i = 0; i < in.batch; ++i) {
-    detail::in_range(indexed("req_pool_index", i), load(in.req_pool_index, i), 0, c.pool_rows,
-                     "pool_rows");
+    // The field name is built only on failure: this loop runs for every request of every round.
+    const std::int64_t pool_row = load(in.req_pool_index, i);
+    if (pool_row < 0 || pool_row >= c.pool_rows) {
+      detail::in_range(indexed("req_pool_index", i), pool_row, 0, c.pool_rows, "pool_rows");
+    }
     const std::int64_t len = load(in.seq_len, i);
     SPECGRAPH_EXPECTS(len >= 1 && len <= c.max_context_len, indexed("seq_len", i),
                       std::to_string(len) + " is outside [1, max_context_len " +
@@ -150,7 +163,18 @@ void draft_runtime::stage(const round_inputs& in) {
   }
   const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.num_steps;
   const std::size_t real_slots = static_cast<std::size_t>(in.batch) * per_request;
+  // The slots' range first, branch-free and vectorisable (this runs over bucket * topk *
+  // num_steps values every round): with last = kv_slots - 1 < 2^62, bit 63 of
+  // slot | (last - slot), in unsigned arithmetic, is set exactly when slot < 0 (its own sign
+  // bit) or slot > last (the difference wraps). The element is named only on failure.
+  const auto last = static_cast<std::uint64_t>(c.kv_slots - 1);
+  std::uint64_t bits = 0;
   for (std::size_t i = 0; i < real_slots; ++i) {
+    const auto slot = static_cast<std::uint64_t>(in.out_cache_loc[i]);
+    bits |= slot | (last - slot);
+  }
+  const bool any_bad = (bits >> 63) != 0;
+  for (std::size_t i = 0; any_bad && i < real_slots; ++i) {
     const std::int64_t slot = in.out_cache_loc[i];
     if (slot < 0 || slot >= c.kv_slots) {
       const std::size_t row = i / static_cast<std::size_t>(c.num_steps);
@@ -192,6 +216,12 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
   auto* seq = reinterpret_cast<std::int32_t*>(base + (l.seq_len - l.real_batch));
   auto* slots = reinterpret_cast<std::int64_t*>(base + s.cache_loc_offset);
   *real_batch = in.batch;
+  // The round's control words: a new round starts at step 0.
+  *reinterpret_cast<std::int32_t*>(base + (l.device_step - l.real_batch)) = 0;  // NOLINT
+  *reinterpret_cast<std::int32_t*>(base + (l.max_depth - l.real_batch)) =       // NOLINT
+      in.max_depth > 0 ? in.max_depth : c.num_steps;
+  *reinterpret_cast<float*>(base + (l.min_confidence - l.real_batch)) =  // NOLINT
+      in.min_confidence;
   for (std::int32_t i = 0; i < in.batch; ++i) {
     pool[i] = static_cast<std::int32_t>(load(in.req_pool_index, i));  // checked: fits
     seq[i] = static_cast<std::int32_t>(load(in.seq_len, i));

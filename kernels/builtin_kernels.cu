@@ -4,6 +4,7 @@
 #include "kernels/expand_page_table.hpp"
 #include "kernels/guard_ops.hpp"
 #include "kernels/prefix_metadata.hpp"
+#include "kernels/round_control.hpp"
 #include "kernels/sparse_indices.hpp"
 #include "kernels/stage_inputs.hpp"
 #include "specgraph/row_kernel_cuda.cuh"
@@ -27,6 +28,15 @@ cuda_rows_fn cuda_stage_inputs() {
 }
 cuda_rows_fn cuda_count_violations() {
   return &cuda_rows<count_violations_kernel>;
+}
+cuda_rows_fn cuda_reset_guards() {
+  return &cuda_rows<reset_guards_kernel>;
+}
+cuda_rows_fn cuda_advance_step() {
+  return &cuda_rows<advance_step_kernel>;
+}
+cuda_rows_fn cuda_continue_condition() {
+  return &cuda_rows<continue_condition_kernel>;
 }
 
 }  // namespace specgraph::kernels

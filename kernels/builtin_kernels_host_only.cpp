@@ -21,5 +21,14 @@ cuda_rows_fn cuda_stage_inputs() {
 cuda_rows_fn cuda_count_violations() {
   return nullptr;
 }
+cuda_rows_fn cuda_reset_guards() {
+  return nullptr;
+}
+cuda_rows_fn cuda_advance_step() {
+  return nullptr;
+}
+cuda_rows_fn cuda_continue_condition() {
+  return nullptr;
+}
 
 }  // namespace specgraph::kernels

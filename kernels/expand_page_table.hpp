@@ -42,6 +42,27 @@ struct expand_page_table_kernel {
   }
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
+    if (p.device_step == nullptr) {
+      expand_row(p, row64);
+      return;
+    }
+    // Device step counter: this launch's step comes from device memory.
+    const std::int32_t s = *p.device_step;
+    if (s < 0 || s >= p.device_steps) {
+      if (row64 == 0) {
+        guard_record(p.guard, violation_kind::bad_input, id, 0, -1, p.device_steps, s);
+      }
+      return;
+    }
+    params q = p;
+    q.decode_length = s + 1;  // <= device_steps <= 1024
+    q.capacity = s + 2;
+    q.slots_read = p.slots_read > 0 ? p.slots_read : s + 1;
+    q.guard = p.guard + s;
+    expand_row(q, row64);
+  }
+
+  SPECGRAPH_HD static void expand_row(const params& p, std::int64_t row64) {
     // row < 2^24 and stride <= 2^31: the offsets below stay far inside int64.
     const auto row = static_cast<std::int32_t>(row64);
     const std::int32_t request = row / p.topk;

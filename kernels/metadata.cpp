@@ -105,12 +105,21 @@ void validate(const expand_params& p) {
   between("topk", p.topk, 1, limits::max_topk, "the limit");
   at_least("batch", p.batch, 1);
   rows_within_limit(p.batch, p.topk);
-  between("decode_length", p.decode_length, 1, limits::max_num_steps, "the limit");
   between("cache_loc_stride", p.cache_loc_stride, 1, max_columns, "the limit");
-  at_least("slots_read", p.slots_read, 1);
-  at_most("slots_read", p.slots_read, p.cache_loc_stride, "the cache_loc row stride");
-  at_least("capacity", p.capacity, 1);
-  between("page_table_stride", p.page_table_stride, p.capacity, max_columns, "the limit");
+  if (p.device_step != nullptr) {
+    // The step is read on the device: the strides must hold the widest step.
+    between("device_steps", p.device_steps, 1, limits::max_num_steps, "the limit");
+    at_least("cache_loc_stride", p.cache_loc_stride, p.device_steps);
+    between("slots_read", p.slots_read, 0, p.cache_loc_stride, "the cache_loc row stride");
+    between("page_table_stride", p.page_table_stride, static_cast<std::int64_t>(p.device_steps) + 1,
+            max_columns, "the limit");
+  } else {
+    between("decode_length", p.decode_length, 1, limits::max_num_steps, "the limit");
+    at_least("slots_read", p.slots_read, 1);
+    at_most("slots_read", p.slots_read, p.cache_loc_stride, "the cache_loc row stride");
+    at_least("capacity", p.capacity, 1);
+    between("page_table_stride", p.page_table_stride, p.capacity, max_columns, "the limit");
+  }
   at_least("slot_limit", p.slot_limit, 1);
   not_null("cache_loc", p.cache_loc);
   not_null("last_page_len", p.last_page_len);
@@ -124,9 +133,14 @@ void validate_contents_host(const expand_params& p) {
   for (std::int32_t r = 0; r < p.batch; ++r) {
     in_range(indexed("last_page_len", r), p.last_page_len[r], 0, p.page_size, "page_size");
   }
+  std::int32_t slots_read = p.slots_read;
+  if (p.device_step != nullptr) {  // host memory here: the step can be read and checked
+    in_range("device_step", *p.device_step, 0, p.device_steps, "device_steps");
+    if (slots_read == 0) slots_read = *p.device_step + 1;
+  }
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.topk;
   for (std::int64_t row = 0; row < rows; ++row) {
-    for (std::int32_t j = 0; j < p.slots_read; ++j) {
+    for (std::int32_t j = 0; j < slots_read; ++j) {
       const std::int64_t slot = p.cache_loc[row * p.cache_loc_stride + j];
       in_range(indexed("cache_loc", row, j), slot, 0, p.slot_limit, "slot_limit");
       SPECGRAPH_EXPECTS(slot / p.page_size <= limits::max_page_id, indexed("cache_loc", row, j),

@@ -74,6 +74,7 @@ struct prefix_check_kernel {
   }
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t cell) {
+    if (p.run_when_zero != nullptr && *p.run_when_zero != 0) return;
     const prefix_cell c = prefix_cell_of(p, cell);
     const std::int32_t r = c.request;
     if (c.column == 0) {
@@ -124,6 +125,7 @@ struct prefix_fill_kernel {
   static std::int64_t rows(const params& p) { return prefix_check_kernel::rows(p); }
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t cell) {
+    if (p.run_when_zero != nullptr && *p.run_when_zero != 0) return;
     const prefix_cell c = prefix_cell_of(p, cell);
     const std::int32_t r = c.request;
     prefix_request q{};

@@ -22,7 +22,12 @@ struct stage_inputs_kernel {
     const std::int64_t* cache_loc_src;  // [batch][slots_per_request]
     std::int32_t pool_index_is_int64;
     std::int32_t seq_len_is_int64;
-    std::int32_t* real_batch;        // [1]
+    std::int32_t* real_batch;   // [1]
+    std::int32_t* device_step;  // [1] reset to 0: a new round starts at step 0
+    std::int32_t* max_depth;    // [1] the round's depth limit
+    float* min_confidence;      // [1] the round's continue threshold
+    std::int32_t round_max_depth;
+    float round_min_confidence;
     std::int32_t* req_pool_index;    // [bucket]
     std::int32_t* seq_len;           // [bucket]
     std::int64_t* out_cache_loc;     // [bucket][slots_per_request]
@@ -48,7 +53,12 @@ struct stage_inputs_kernel {
   }
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t r) {
-    if (r == 0) *p.real_batch = p.batch;
+    if (r == 0) {
+      *p.real_batch = p.batch;
+      *p.device_step = 0;
+      *p.max_depth = p.round_max_depth;
+      *p.min_confidence = p.round_min_confidence;
+    }
     std::int64_t* slots = p.out_cache_loc + r * p.slots_per_request;
     if (r >= p.batch) {
       p.req_pool_index[r] = 0;

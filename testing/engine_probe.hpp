@@ -13,7 +13,8 @@ namespace specgraph::testing {
 struct engine_probe_kernel {
   struct params {
     const std::int32_t* expand_table;
-    std::int32_t expand_capacity;
+    std::int32_t expand_capacity;  // the step's d + 1 (per-step graphs)
+    std::int32_t expand_stride;    // row stride of the table
     const std::int32_t* expand_cache_seqlen;
     const std::int32_t* prefix_table;
     std::int64_t prefix_stride;
@@ -21,21 +22,29 @@ struct engine_probe_kernel {
     const std::int32_t* prefix_seqlen;
     std::int32_t topk;
     std::int64_t* out;  // [rows]
+    // Device step counter: the step (hence capacity and output slice) is read at run time.
+    const std::int32_t* device_step;
+    std::int64_t out_step_stride;  // out + step * out_step_stride
   };
   static constexpr const char* name = "engine_probe";
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
+    std::int32_t capacity = p.expand_capacity;
+    std::int64_t* out = p.out;
+    if (p.device_step != nullptr) {
+      capacity = *p.device_step + 2;
+      out += *p.device_step * p.out_step_stride;
+    }
     // FNV-1a, unsigned: wraparound is defined (signed overflow would be undefined).
     std::uint64_t h = 1469598103934665603ULL;
     auto mix = [&h](std::int64_t v) { h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ULL; };
-    for (std::int32_t c = 0; c < p.expand_capacity; ++c)
-      mix(p.expand_table[row * p.expand_capacity + c]);
+    for (std::int32_t c = 0; c < capacity; ++c) mix(p.expand_table[row * p.expand_stride + c]);
     mix(p.expand_cache_seqlen[row]);
     const std::int64_t request = row / p.topk;
     for (std::int32_t c = 0; c < p.prefix_capacity; ++c)
       mix(p.prefix_table[request * p.prefix_stride + c]);
     mix(p.prefix_seqlen[request]);
-    p.out[row] = static_cast<std::int64_t>(h);
+    out[row] = static_cast<std::int64_t>(h);
   }
 };
 

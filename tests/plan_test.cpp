@@ -89,8 +89,10 @@ TEST(Plan, BuffersAreAlignedDisjointAndInsideOneArena) {
   }
   EXPECT_LE(sorted.back()->offset + sorted.back()->bytes, p.total_bytes);
   EXPECT_EQ(p.total_bytes % arena_alignment, 0u);
-  // The three small inputs are packed so stage() copies them with one transfer.
-  EXPECT_EQ(p.find("input.req_pool_index").offset, p.find("input.real_batch").offset + 4);
+  // The small inputs and the round control words are packed so stage() copies them with one
+  // transfer.
+  EXPECT_EQ(p.find("input.req_pool_index").offset, p.find("input.real_batch").offset + 16);
+  EXPECT_EQ(p.find("round.step").offset, p.find("input.real_batch").offset + 4);
   EXPECT_EQ(p.find("input.seq_len").offset, p.find("input.req_pool_index").offset + 64 * 4);
   // Sparse buffers sized per head: the largest head size clamped to the keys seen.
   EXPECT_EQ(p.find("sparse.intra.vertical").shape, (std::vector<std::int64_t>{4, 4}));

@@ -63,10 +63,17 @@ class sim_engine {
     runtime_->set_forward([this](const step_view& v) { probe_forward(v); });
   }
 
-  void probe_forward(const step_view& v) { probe_forward(*v.ex, v, probe_out(v.step)); }
+  void probe_forward(const step_view& v) {
+    probe_forward(*v.ex, v, probe_out(v.step), static_cast<std::int64_t>(probe_stride()));
+  }
   // The probe over any view (the runtime's, or buffers an engine drives itself) into `out`.
-  static void probe_forward(executor& ex, const step_view& v, std::int64_t* out) {
+  // `out_step_stride` places step s's output at out + s * stride (device step counter mode).
+  static void probe_forward(executor& ex, const step_view& v, std::int64_t* out,
+                            std::int64_t out_step_stride = 0) {
     engine_probe_kernel::params p{};
+    p.expand_stride = v.expand_stride;
+    p.device_step = v.device_step;
+    p.out_step_stride = out_step_stride;
     p.expand_table = v.expand_page_table;
     p.expand_capacity = v.expand_capacity;
     p.expand_cache_seqlen = v.expand_cache_seqlen;
@@ -79,6 +86,9 @@ class sim_engine {
     ex.launch(make_kernel_launch<engine_probe_kernel>(p, v.rows, engine_probe_cuda()));
   }
 
+  std::size_t probe_stride() const {
+    return static_cast<std::size_t>(runtime_->plan().max_bucket()) * config_.topk;
+  }
   std::int64_t* probe_out(std::int32_t step) const {
     const std::size_t rows = static_cast<std::size_t>(runtime_->plan().max_bucket()) * config_.topk;
     return probe_out_.as<std::int64_t>() + static_cast<std::size_t>(step) * rows;

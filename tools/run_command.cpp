@@ -42,6 +42,7 @@ constexpr const char* run_usage =
     "                   (default sample: the first round and every --verify-every rounds)\n"
     "  --verify-every N (default 10)\n"
     "  --checked        read guard words after every round and check branch layouts\n"
+    "  --device-steps   one graph per bucket, the step read from a device counter\n"
     "  --json FILE      write the report as JSON\n"
     "  --dump-graphs DIR  one Graphviz file per captured graph\n";
 
@@ -113,7 +114,7 @@ parsed parse(const std::vector<std::string>& args) {
   parsed p;
   sim::sim_options& o = p.options;
   std::string depth_text;
-  const std::set<std::string> switches{"--checked", "--help", "-h"};
+  const std::set<std::string> switches{"--checked", "--device-steps", "--help", "-h"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     const auto eq = flag.find('=');
@@ -139,6 +140,11 @@ parsed parse(const std::vector<std::string>& args) {
       } else {
         throw flag_error("--checked: " + echo(value) + " is not one of 1, true, on, 0, false, off");
       }
+    } else if (flag == "--device-steps") {
+      if (eq != std::string::npos) {
+        throw flag_error("--device-steps: takes no value (got " + echo(value) + ")");
+      }
+      o.device_steps = true;
     } else if (flag == "--executor") {
       if (value != "host" && value != "cuda" && value != "auto") {
         throw flag_error("--executor: " + echo(value) + " is not one of host, cuda, auto");
@@ -246,8 +252,9 @@ void write_json(std::ostream& j, const parsed& p, const plan& pl, const sim::run
     << ",\"depth\":" << o.depth << ",\"page_size\":" << o.page_size << ",\"heads\":" << o.heads
     << ",\"head_dim\":" << o.head_dim << ",\"max_context\":" << o.max_context
     << ",\"rounds\":" << o.rounds << ",\"seed\":" << o.seed
-    << ",\"checked\":" << (o.checked ? "true" : "false") << "},\"plan\":" << pl.report_json()
-    << ",\"capture\":{\"graphs\":" << r.capture.graphs
+    << ",\"checked\":" << (o.checked ? "true" : "false")
+    << ",\"device_steps\":" << (o.device_steps ? "true" : "false")
+    << "},\"plan\":" << pl.report_json() << ",\"capture\":{\"graphs\":" << r.capture.graphs
     << ",\"instantiated\":" << r.capture.instantiated << ",\"updated\":" << r.capture.updated
     << ",\"total_seconds\":" << r.capture.total_seconds << "},\"steps\":[";
   for (std::size_t s = 0; s < r.steps.size(); ++s) {

@@ -79,9 +79,17 @@ struct step_view {
   const std::int32_t* cu_seqlens_q = nullptr;  // [bucket + 1]
 
   // This step's expand metadata.
-  const std::int32_t* expand_page_table = nullptr;    // [rows][expand_capacity]
-  std::int32_t expand_capacity = 0;                   // d + 1
+  const std::int32_t* expand_page_table = nullptr;    // [rows][expand_stride]
+  std::int32_t expand_capacity = 0;                   // d + 1 columns hold this step's table
+  std::int32_t expand_stride = 0;                     // row stride: d + 1, or num_steps + 1
   const std::int32_t* expand_cache_seqlen = nullptr;  // [rows]
+
+  // device_steps mode: the graph is captured once for every step, so `step`, `decode_length`
+  // and `expand_capacity` above describe step 0 only; kernels read the step from here at run
+  // time (d = *device_step + 1, capacity d + 1). Null in per-step mode.
+  const std::int32_t* device_step = nullptr;
+  // One confidence per query row, written by the forward: the device_depth continue signal.
+  float* confidence = nullptr;  // [rows]
 
   sparse_view sparse;
 };
@@ -98,6 +106,12 @@ class draft_buffers {
 
   // Static inputs.
   std::int32_t* real_batch() const noexcept { return at<std::int32_t>(layout().real_batch); }
+  // The round's control words: the device step counter (the depth run, after a round),
+  // the depth limit and the continue threshold.
+  std::int32_t* device_step() const noexcept { return at<std::int32_t>(layout().device_step); }
+  std::int32_t* max_depth() const noexcept { return at<std::int32_t>(layout().max_depth); }
+  float* min_confidence() const noexcept { return at<float>(layout().min_confidence); }
+  float* confidence() const noexcept { return at<float>(layout().confidence); }
   std::int32_t* req_pool_index() const noexcept {
     return at<std::int32_t>(layout().req_pool_index);
   }

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "specgraph/conditional.hpp"
 #include "specgraph/config.hpp"
 #include "specgraph/row_kernel.hpp"
 
@@ -159,6 +160,13 @@ class executor {
   // Whether the stream is being captured: by this executor's begin_capture, or (cuda) by anyone
   // else capturing the same stream, e.g. the engine's torch.cuda.graph.
   virtual bool capturing() const noexcept = 0;
+  // A WHILE node (conditional.hpp), during capture only: begin_while() adds the node after
+  // everything recorded so far and records what follows into its body, until end_while(); work
+  // recorded after end_while() runs after the loop. The body repeats while its condition is
+  // set; the condition starts as `initial` at every launch. On CUDA the body is captured on an
+  // internal stream of the executor, which stream() returns meanwhile. Not nestable.
+  [[nodiscard]] virtual conditional_handle begin_while(bool initial) = 0;
+  virtual void end_while() = 0;
 
   // Instantiates (and uploads) a graph. Synchronous host work; forbidden during capture.
   [[nodiscard]] virtual std::unique_ptr<graph_exec> instantiate(const graph& g) = 0;

@@ -54,6 +54,8 @@ class forwarding_executor : public executor {
   std::unique_ptr<graph> end_capture() override { return inner_->end_capture(); }
   void abort_capture() noexcept override { inner_->abort_capture(); }
   bool capturing() const noexcept override { return inner_->capturing(); }
+  conditional_handle begin_while(bool initial) override { return inner_->begin_while(initial); }
+  void end_while() override { inner_->end_while(); }
   std::unique_ptr<graph_exec> instantiate(const graph& g) override {
     return inner_->instantiate(g);
   }

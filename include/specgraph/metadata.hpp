@@ -46,6 +46,12 @@ struct expand_params {
   // are checked against the branch allocation of section 1. Null disables the check. A pointer
   // (not a value) so a captured graph checks whatever real batch was staged for the round.
   const std::int32_t* layout_check_batch = nullptr;
+  // Device step counter (section 10): when set, the step s is read from here at run time and
+  // decode_length = s + 1, capacity = s + 2 and the guard word guard[s] follow from it
+  // (decode_length and capacity above are ignored); slots_read 0 means d. s must lie in
+  // [0, device_steps), else row 0 records bad_input in guard[0] and nothing is written.
+  const std::int32_t* device_step = nullptr;
+  std::int32_t device_steps = 0;  // the steps a round may have; page_table_stride >= it + 1
 };
 
 // ---- Prefix metadata (docs/metadata.md section 2) ------------------------------------------
@@ -69,6 +75,9 @@ struct prefix_params {
   // Scratch, [batch] int32 in executor memory: one flag per request the check pass refused.
   // launch_prefix_metadata zeroes it first; prefix_metadata_host needs none (null is fine).
   std::int32_t* refused = nullptr;
+  // When set, both passes do nothing unless *run_when_zero == 0 (device_steps mode: the round's
+  // setup is part of the one step graph and runs at step 0 only).
+  const std::int32_t* run_when_zero = nullptr;
 };
 
 // ---- Sparse vertical/slash staging (docs/metadata.md section 6) ----------------------------

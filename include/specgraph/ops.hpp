@@ -20,10 +20,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "specgraph/buffers.hpp"
+#include "specgraph/conditional.hpp"
 #include "specgraph/config.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/plan.hpp"
@@ -56,6 +58,10 @@ struct round_inputs {
   index_array req_pool_index;                   // [batch], int32 or int64
   index_array seq_len;                          // [batch], int32 or int64
   const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][num_steps]
+  // device_depth mode (section 10): the round stops after max_depth steps (0: num_steps) or as
+  // soon as no real row's confidence reaches min_confidence.
+  std::int32_t max_depth = 0;
+  float min_confidence = -std::numeric_limits<float>::infinity();
 };
 
 // The same round in executor memory (what an engine already holds on the GPU).
@@ -70,6 +76,9 @@ struct device_round_inputs {
   // anything later on this stream).
   device_event wait_for = nullptr;
   device_event done = nullptr;
+  // As in round_inputs (device_depth mode).
+  std::int32_t max_depth = 0;
+  float min_confidence = -std::numeric_limits<float>::infinity();
 };
 
 // ---- one-time initialisation ----------------------------------------------------------------
@@ -104,6 +113,24 @@ void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, st
 // stage kind's buffers, with the capacity-capped fallback. Capture-safe; stream: ex's. Throws
 // invalid_argument when the config has no sparse settings or the stage is malformed.
 void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stage);
+
+// ---- device step counter (config.device_steps; docs/metadata.md section 10) -----------------
+// In this mode setup_round runs only while the device step counter is 0 (its kernels check it),
+// so one graph per bucket holds a whole step: setup_round, step_metadata_at_device_step, the
+// forward, advance_step. Staging resets the counter to 0.
+// Step metadata for the step the device counter is at (d = step + 1, capacity d + 1, the
+// step's guard word). Capture-safe; stream: ex's.
+void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket);
+// Advances the device step counter: the last node of a step. Capture-safe; stream: ex's.
+void advance_step(executor& ex, const draft_buffers& b);
+// Inside a WHILE body (executor::begin_while), after advance_step: sets the node's condition to
+// continue while the step is below the round's max_depth and any real row's confidence
+// (b.confidence(), written by the forward) reaches the round's min_confidence. Capture-safe.
+void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                              conditional_handle handle);
+// Checks a round's max_depth (0 or 1..num_steps) and min_confidence (not NaN); throws
+// invalid_argument naming the field.
+void check_round_control(const draft_config& c, std::int32_t max_depth, float min_confidence);
 
 // ---- guards ---------------------------------------------------------------------------------
 // Writes the total number of violations in all guard words to *violations (an int32 in executor

@@ -53,6 +53,16 @@ struct draft_config {
   // round is a single graph launch instead of num_steps; run_round(num_steps) then uses it.
   // Doubles the graphs captured; the per-step graphs stay (adaptive depth, replay(s)).
   bool round_graphs = false;
+  // Device step counter (docs/metadata.md section 10): one graph per bucket holds one step; the
+  // kernels read the step from a device word the graph advances, so the same graph is replayed
+  // depth times. The expand table is one buffer num_steps + 1 wide, but step s may still write
+  // only its first s + 2 columns and reads only d = s + 1 slots. Captures buckets graphs instead
+  // of buckets x num_steps. Not with round_graphs.
+  bool device_steps = false;
+  // With device_steps: also one round graph per bucket, a WHILE node around the step, whose
+  // depth the device decides (run_round_on_device): it continues while the step is below the
+  // round's max_depth and any real row's confidence reaches the round's threshold.
+  bool device_depth = false;
 };
 
 // The common speculative-decoding bucket list: 1..8, 10..32 step 2, 40..64 step 4, 72..256
@@ -64,7 +74,7 @@ std::vector<std::int32_t> default_buckets(std::int32_t max_batch);
 // its value and the limit.
 void validate(const draft_config& c);
 
-enum class dtype { int32, int64, guard };
+enum class dtype { int32, int64, float32, guard };
 const char* to_string(dtype t) noexcept;
 std::size_t size_of(dtype t) noexcept;
 
@@ -88,9 +98,14 @@ inline constexpr std::int32_t sparse_stage_kinds = 3;  // intra, succ, inter
 // The typed layout: byte offsets into the arena, and the widths the kernels need. What the
 // operations use after planning; no name is looked up on any path after make_plan().
 struct plan_layout {
-  // Static inputs, written per round by staging. The first three are packed back to back
-  // (4-byte aligned) so host staging copies them with one transfer.
+  // Static inputs, written per round by staging, packed back to back (4-byte aligned) so host
+  // staging copies them with one transfer: the real batch, the round's control words, then the
+  // per-request indices.
   std::size_t real_batch = 0;          // int32[1]
+  std::size_t device_step = 0;         // int32[1]: the step the kernels are at (device_steps mode),
+                                       // reset to 0 by staging; after a round, the depth it ran
+  std::size_t max_depth = 0;           // int32[1]: the round's depth limit (device_depth mode)
+  std::size_t min_confidence = 0;      // float32[1]: the round's continue threshold (device_depth)
   std::size_t req_pool_index = 0;      // int32[max_bucket]
   std::size_t seq_len = 0;             // int32[max_bucket]
   std::size_t small_inputs_bytes = 0;  // real_batch .. end of seq_len
@@ -102,9 +117,15 @@ struct plan_layout {
   std::int32_t prefix_capacity = 0;   // ceil(max_context_len / page_size), also the row stride
   std::size_t cu_seqlens_q = 0;       // int32[max_bucket + 1]
   std::size_t prefix_refused = 0;     // int32[max_bucket]: the prefix kernels' scratch
-  // Per step s: expand page table int32[max_rows][s + 2] and cache_seqlen int32[max_rows].
+  // Per step s: expand page table int32[max_rows][expand_stride[s]] (s + 2 columns writable)
+  // and cache_seqlen int32[max_rows]. Per-step mode: a buffer per step, s + 2 wide; device_steps
+  // mode: every step shares one buffer num_steps + 1 wide.
   std::vector<std::size_t> expand_page_table;    // [num_steps]
+  std::vector<std::int32_t> expand_stride;       // [num_steps]
   std::vector<std::size_t> expand_cache_seqlen;  // [num_steps]
+  // float32[max_rows]: one confidence per query row, written by the engine's forward (the
+  // device_depth continue signal).
+  std::size_t confidence = 0;
   // Sparse (all zero without a sparse config).
   struct sparse_inputs {
     std::size_t vertical = 0, vertical_count = 0, vertical_size = 0;  // [heads][stride], [heads]
@@ -144,6 +165,9 @@ struct plan {
   engine_sizing today;  // the comparison sizing
   std::size_t our_prefix_table_bytes = 0;
   std::size_t our_expand_table_bytes = 0;
+  // The expand tables and cache_seqlens in each mode, whatever this plan's mode (reports).
+  std::size_t per_step_expand_bytes = 0;
+  std::size_t device_steps_expand_bytes = 0;
 
   std::int32_t max_bucket() const { return config.buckets.back(); }
   std::int32_t max_rows() const { return max_bucket() * config.topk; }

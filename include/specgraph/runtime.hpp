@@ -94,6 +94,11 @@ class draft_runtime {
   // capturing; it must enqueue on v.ex / v.stream only.
   void set_forward(forward_fn f);
   void set_forward(std::int32_t step, forward_fn f);
+  // device_depth: the engine's own continue signal instead of continue_while_confident. Called
+  // during capture of the round graph, inside the WHILE body after the step advanced; it must
+  // launch one kernel that calls set_condition(handle, keep_going) (conditional.hpp).
+  using condition_fn = std::function<void(const step_view&, conditional_handle)>;
+  void set_condition(condition_fn f);
 
   // Captures graph(B, s) for every bucket (largest first) and step, and with
   // config.round_graphs a whole-round graph per bucket. Called again, it re-captures and updates
@@ -135,6 +140,15 @@ class draft_runtime {
   // step. In checked mode it then synchronises, reads the guard words and throws
   // guard_violation on any.
   void run_round(std::int32_t depth);
+  // config.device_depth: one launch of the round graph, whose WHILE node runs steps while the
+  // step is below the staged max_depth and the condition kernel (continue_while_confident, or
+  // the one set_condition installs) says so. The depth it ran is left in
+  // buffers().device_step() (readable without a sync, e.g. copied to pinned memory by the
+  // engine; read_round_depth() synchronises). Never allocates; synchronises only in checked
+  // mode.
+  void run_round_on_device();
+  // Reads the depth the last round ran (the device step counter). Synchronises.
+  [[nodiscard]] std::int32_t read_round_depth();
 
   // Synchronises and reads the guard words back (plan_layout::guard_count). Not during capture.
   [[nodiscard]] std::vector<guard_word> read_guards();
@@ -152,6 +166,7 @@ class draft_runtime {
   struct staging_slot;
   void init(void* caller_arena);
   void record_graph_body(std::int32_t bucket, std::int32_t step);
+  void record_conditional_round(std::int32_t bucket);
   void check_replay_step(std::int32_t step) const;
   graph_slot& slot(std::size_t bucket_index, std::int32_t step) const;  // all_steps: round
   void ensure_usable() const;
@@ -167,6 +182,7 @@ class draft_runtime {
   draft_buffers buffers_;
   std::vector<forward_fn> forwards_;  // [num_steps]
   forward_fn forward_all_;
+  condition_fn condition_;
   std::vector<std::unique_ptr<graph_slot>> graphs_;  // [bucket index][step, then round]
   std::vector<std::unique_ptr<staging_slot>> staging_;
   std::size_t next_staging_ = 0;

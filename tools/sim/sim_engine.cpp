@@ -138,6 +138,7 @@ struct sim_engine::impl {
     w.v_src = v_src.as<float>();
     w.k_pool = k_pool.as<float>();
     w.v_pool = v_pool.as<float>();
+    w.device_step = v.device_step;
     launch<kv_write_kernel>(w, v.rows, cuda.kv_write);
 
     paged_attention_kernel::params a{};
@@ -150,6 +151,7 @@ struct sim_engine::impl {
     a.k_pool = k_pool.as<float>();
     a.v_pool = v_pool.as<float>();
     a.page_size = opt.page_size;
+    a.device_step = v.device_step;
     // Pass 1: the request's whole prefix pages through the step-invariant prefix table.
     a.page_table = v.prefix_page_table;
     a.table_stride = v.prefix_stride;
@@ -161,7 +163,7 @@ struct sim_engine::impl {
                                    cuda.attention);
     // Pass 2: the branch's pages (copied partial page + draft tokens) through the step's table.
     a.page_table = v.expand_page_table;
-    a.table_stride = v.expand_capacity;
+    a.table_stride = v.expand_stride;
     a.seqlen = v.expand_cache_seqlen;
     a.rows_per_table_row = 1;
     a.o = o_expand.as<float>();
@@ -178,6 +180,9 @@ struct sim_engine::impl {
     m.head_dim = opt.head_dim;
     m.out = out.as<float>() + static_cast<std::size_t>(s) * rows * hd;
     m.out_lse = out_lse.as<float>() + static_cast<std::size_t>(s) * rows * opt.heads;
+    m.device_step = v.device_step;  // step 0's view then: the slice follows the device step
+    m.out_step_elems = static_cast<std::int64_t>(rows) * hd;
+    m.lse_step_elems = static_cast<std::int64_t>(rows) * opt.heads;
     launch<lse_merge_kernel>(m, static_cast<std::int64_t>(v.rows) * opt.heads, cuda.merge);
   }
 
@@ -277,6 +282,7 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   c.pool_rows = pool_rows;
   c.kv_slots = m.kv_slots;
   c.checked = o.checked;
+  c.device_steps = o.device_steps;
   m.rt = std::make_unique<draft_runtime>(ex, c, engine_tables{m.d_req_to_token.as<std::int32_t>()});
   m.rt->set_forward([&m](const step_view& v) { m.forward(v); });
   ex.synchronize();

@@ -35,6 +35,7 @@ struct sim_options {
   enum class verify_mode { none, sample, all } verify = verify_mode::sample;
   std::int32_t verify_every = 10;  // with verify = sample: every Nth round (and the first)
   bool checked = false;
+  bool device_steps = false;          // one graph per bucket, the step read from a device counter
   double replace_probability = 0.05;  // per request per round: finishes, a new one arrives
   double tolerance = 1e-5;            // relative error allowed against the float64 reference
 };

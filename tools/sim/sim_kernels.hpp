@@ -29,12 +29,14 @@ struct kv_write_kernel {
     const float* v_src;
     float* k_pool;  // [kv_slots][head_elems]
     float* v_pool;
+    const std::int32_t* device_step;  // when set, the step is read here (device step counter)
   };
   static constexpr const char* name = "kv_write";
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
     if (row >= static_cast<std::int64_t>(*p.real_batch) * p.topk) return;
-    const std::int64_t slot = p.cache_loc[row * p.cache_loc_stride + p.step];
-    const std::int64_t src = (row * p.steps + p.step) * p.head_elems;
+    const std::int32_t step = p.device_step != nullptr ? *p.device_step : p.step;
+    const std::int64_t slot = p.cache_loc[row * p.cache_loc_stride + step];
+    const std::int64_t src = (row * p.steps + step) * p.head_elems;
     for (std::int32_t i = 0; i < p.head_elems; ++i) {
       p.k_pool[slot * p.head_elems + i] = p.k_src[src + i];
       p.v_pool[slot * p.head_elems + i] = p.v_src[src + i];
@@ -61,8 +63,9 @@ struct paged_attention_kernel {
     const std::int32_t* seqlen;
     std::int32_t rows_per_table_row;  // topk for the per-request prefix table, 1 for expand
     std::int32_t page_size;
-    float* o;    // [rows][heads][head_dim]
-    float* lse;  // [rows][heads]
+    float* o;                         // [rows][heads][head_dim]
+    float* lse;                       // [rows][heads]
+    const std::int32_t* device_step;  // when set, the step is read here (device step counter)
   };
   static constexpr const char* name = "paged_attention";
 
@@ -72,7 +75,8 @@ struct paged_attention_kernel {
     const std::int64_t table_row = row / p.rows_per_table_row;
     const std::int32_t n = p.seqlen[table_row];
     const std::int32_t hd = p.heads * p.head_dim;
-    const float* q = p.q + (row * p.steps + p.step) * hd + h * p.head_dim;
+    const std::int32_t step = p.device_step != nullptr ? *p.device_step : p.step;
+    const float* q = p.q + (row * p.steps + step) * hd + h * p.head_dim;
     float acc[max_head_dim];
     for (std::int32_t d = 0; d < p.head_dim; ++d) acc[d] = 0.0f;
     float m = -INFINITY;
@@ -113,11 +117,21 @@ struct lse_merge_kernel {
     const float* lse2;
     std::int32_t heads;
     std::int32_t head_dim;
-    float* out;      // [rows][heads][head_dim]
-    float* out_lse;  // [rows][heads]
+    float* out;      // [rows][heads][head_dim], this step's slice
+    float* out_lse;  // [rows][heads], this step's slice
+    // Device step counter: the slice is out + *device_step * out_step_elems (and the lse's
+    // + *device_step * lse_step_elems).
+    const std::int32_t* device_step;
+    std::int64_t out_step_elems, lse_step_elems;
   };
   static constexpr const char* name = "lse_merge";
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t index) {
+    float* out = p.out;
+    float* out_lse = p.out_lse;
+    if (p.device_step != nullptr) {
+      out += *p.device_step * p.out_step_elems;
+      out_lse += *p.device_step * p.lse_step_elems;
+    }
     const float l1 = p.lse1[index];
     const float l2 = p.lse2[index];
     const float m = l1 > l2 ? l1 : l2;
@@ -126,9 +140,9 @@ struct lse_merge_kernel {
     const float inv = 1.0f / (w1 + w2);
     const std::int64_t base = index * p.head_dim;
     for (std::int32_t d = 0; d < p.head_dim; ++d) {
-      p.out[base + d] = (p.o1[base + d] * w1 + p.o2[base + d] * w2) * inv;
+      out[base + d] = (p.o1[base + d] * w1 + p.o2[base + d] * w2) * inv;
     }
-    p.out_lse[index] = m + logf(w1 + w2);
+    out_lse[index] = m + logf(w1 + w2);
   }
 };
 
