@@ -1,0 +1,185 @@
+// The cuda executor's capture side: stream capture (its own or the engine's), conditional
+// WHILE nodes, instantiation with upload, whole-graph update and launch.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device/cuda_blocking.hpp"
+#include "device/cuda_check.hpp"
+#include "device/cuda_executor.hpp"
+#include "device/cuda_probe.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/executor.hpp"
+
+namespace specgraph::detail {
+
+void cuda_executor::begin_capture() {
+  device_scope d(device_);
+  if (capturing()) throw capture_violation("cuda executor: begin_capture while already capturing");
+  // Thread-local mode: other threads of the engine may keep allocating without invalidating
+  // this capture.
+  SPECGRAPH_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  own_capture_ = true;
+}
+
+std::unique_ptr<graph> cuda_executor::end_capture() {
+  if (!own_capture_) throw capture_violation("cuda executor: end_capture without begin_capture");
+  device_scope d(device_);
+  if (main_stream_ != nullptr) {
+    abort_capture();
+    throw capture_violation("cuda executor: end_capture inside a conditional body");
+  }
+  own_capture_ = false;
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &g);
+  free_deferred();
+  if (e != cudaSuccess) {
+    if (g != nullptr) (void)cudaGraphDestroy(g);
+    (void)cudaGetLastError();  // capture errors are not sticky; the stream stays usable
+    detail::throw_cuda(e, "cudaStreamEndCapture", __FILE__, __LINE__);
+  }
+  return std::make_unique<cuda_graph>(g);
+}
+
+void cuda_executor::abort_capture() noexcept {
+  if (!own_capture_) return;
+  own_capture_ = false;
+  int previous = 0;
+  (void)cudaGetDevice(&previous);
+  (void)cudaSetDevice(device_);
+  if (main_stream_ != nullptr) {  // a body capture in flight: end it first
+    cudaGraph_t body = nullptr;
+    (void)cudaStreamEndCapture(stream_, &body);
+    stream_ = main_stream_;
+    main_stream_ = nullptr;
+  }
+  cudaGraph_t g = nullptr;
+  (void)cudaStreamEndCapture(stream_, &g);  // always end, even after invalidation
+  if (g != nullptr) (void)cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+  free_deferred();
+  (void)cudaSetDevice(previous);
+}
+
+conditional_handle cuda_executor::begin_while(bool initial) {
+  device_scope d(device_);
+  if (!capturing()) throw capture_violation("cuda executor: begin_while outside capture");
+  if (main_stream_ != nullptr) {
+    throw capture_violation("cuda executor: conditional nodes do not nest here");
+  }
+  // The WHILE node goes after everything captured so far; the main capture continues after
+  // it, and the body is captured into the node's own graph on an internal stream.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t g = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  std::size_t n = 0;
+  SPECGRAPH_CUDA_TRY(cudaStreamGetCaptureInfo(stream_, &status, nullptr, &g, &deps, &edges, &n));
+  cudaGraphConditionalHandle handle = 0;
+  SPECGRAPH_CUDA_TRY(
+      cudaGraphConditionalHandleCreate(&handle, g, initial ? 1u : 0u, cudaGraphCondAssignDefault));
+  cudaGraphNodeParams params{};
+  params.type = cudaGraphNodeTypeConditional;
+  params.conditional.handle = handle;
+  params.conditional.type = cudaGraphCondTypeWhile;
+  params.conditional.size = 1;
+  cudaGraphNode_t node = nullptr;
+  SPECGRAPH_CUDA_TRY(cudaGraphAddNode(&node, g, deps, edges, n, &params));
+  SPECGRAPH_CUDA_TRY(cudaStreamUpdateCaptureDependencies(stream_, &node, nullptr, 1,
+                                                         cudaStreamSetCaptureDependencies));
+  if (!body_stream_) body_stream_ = detail::make_stream();
+  SPECGRAPH_CUDA_TRY(cudaStreamBeginCaptureToGraph(body_stream_.get(),
+                                                   params.conditional.phGraph_out[0], nullptr,
+                                                   nullptr, 0, cudaStreamCaptureModeThreadLocal));
+  main_stream_ = stream_;
+  stream_ = body_stream_.get();
+  return handle;
+}
+
+void cuda_executor::end_while() {
+  if (main_stream_ == nullptr)
+    throw capture_violation("cuda executor: end_while without begin_while");
+  device_scope d(device_);
+  cudaGraph_t body = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &body);
+  stream_ = main_stream_;
+  main_stream_ = nullptr;
+  SPECGRAPH_CUDA_TRY(e);
+}
+
+bool cuda_executor::capturing() const noexcept {
+  if (own_capture_) return true;
+  // Someone else (the engine's torch.cuda.graph, its own cudaStreamBeginCapture) may be
+  // capturing this stream; what capture forbids is forbidden then too.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+std::unique_ptr<graph_exec> cuda_executor::instantiate(const graph& g) {
+  device_scope d(device_);
+  forbid_during_capture("instantiate");
+  cudaGraphInstantiateParams params{};
+  params.flags = cudaGraphInstantiateFlagUpload;
+  params.uploadStream = stream_;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiateWithParams(&exec, as_cuda(g).get(), &params);
+  if (e != cudaSuccess || params.result_out != cudaGraphInstantiateSuccess) {
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    (void)cudaGetLastError();  // ours: do not leave it for the next launch to be blamed for
+    throw cuda_error(static_cast<int>(e),
+                     detail::where(__FILE__, __LINE__) +
+                         ": cudaGraphInstantiateWithParams failed: " + cudaGetErrorName(e) +
+                         ", result " + std::to_string(static_cast<int>(params.result_out)));
+  }
+  return std::make_unique<cuda_graph_exec>(exec);
+}
+
+bool cuda_executor::update(graph_exec& exec, const graph& g) {
+  device_scope d(device_);
+  forbid_during_capture("update");
+  cudaGraphExecUpdateResultInfo info{};
+  const cudaError_t e =
+      cudaGraphExecUpdate(static_cast<cuda_graph_exec&>(exec).get(), as_cuda(g).get(), &info);
+  if (e == cudaErrorGraphExecUpdateFailure) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  SPECGRAPH_CUDA_TRY(e);
+  return true;
+}
+
+void cuda_executor::upload(graph_exec& exec) {
+  device_scope d(device_);
+  forbid_during_capture("upload");
+  SPECGRAPH_CUDA_TRY(cudaGraphUpload(static_cast<cuda_graph_exec&>(exec).get(), stream_));
+}
+
+void cuda_executor::launch_graph(graph_exec& exec) {
+  device_scope d(device_);
+  if (capturing()) throw capture_violation("cuda executor: graph launch during capture");
+  SPECGRAPH_CUDA_TRY(cudaGraphLaunch(static_cast<cuda_graph_exec&>(exec).get(), stream_));
+  ++counters_.graph_launches;
+}
+
+const cuda_graph& cuda_executor::as_cuda(const graph& g) {
+  const auto* c = dynamic_cast<const cuda_graph*>(&g);
+  if (c == nullptr) throw error("cuda executor: graph was not captured by a cuda executor");
+  return *c;
+}
+
+void cuda_executor::free_deferred() noexcept {
+  for (void* p : deferred_frees_) {
+    if (cudaFree(p) == cudaSuccess) ++counters_.frees;
+  }
+  deferred_frees_.clear();
+}
+
+}  // namespace specgraph::detail

@@ -1,0 +1,127 @@
+// Internal: the host executor's recorded work (docs: executor.hpp, "host"): operations, events,
+// captured graphs and their instantiations. Used only by host_executor.cpp.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "specgraph/error.hpp"
+#include "specgraph/executor.hpp"
+
+namespace specgraph::detail {
+
+// An event is a position in the executor's stream of operations: complete once every operation
+// submitted before its last record has executed.
+struct host_event {
+  std::int64_t recorded_at = 0;
+};
+
+// One operation: a kernel launch (params copied at record time, as a graph kernel node copies
+// its arguments), a copy or fill whose addresses are fixed at record time, a whole graph launch,
+// or the point where an event is recorded.
+struct host_node {
+  enum class kind { kernel, copy, fill, graph, event, loop } type = kind::kernel;
+  std::string name;
+  std::int64_t rows = 0;
+  host_rows_fn run = nullptr;
+  std::vector<unsigned char> params;  // kernel params, or a staged copy source
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  unsigned char value = 0;
+  std::shared_ptr<const std::vector<host_node>> graph_nodes;  // kind::graph
+  struct host_event* recorded_event = nullptr;                // kind::event: a record node
+  // kind::loop: a WHILE node; its body repeats while *condition is set (kernels set it through
+  // the handle, the condition's address, which copies of the node share).
+  std::shared_ptr<std::vector<host_node>> body;
+  std::shared_ptr<unsigned> condition;
+  bool initial = false;
+
+  void execute() const {
+    switch (type) {
+      case kind::kernel: run(params.data(), rows); break;
+      case kind::copy: std::memmove(dst, src != nullptr ? src : params.data(), bytes); break;
+      case kind::fill: std::memset(dst, value, bytes); break;
+      case kind::graph:
+        for (const host_node& n : *graph_nodes) n.execute();
+        break;
+      case kind::event: break;
+      case kind::loop: run_loop(); break;
+    }
+  }
+
+  void run_loop() const {
+    // A body whose condition never clears would hang a GPU too; here it is reported instead.
+    constexpr std::int64_t max_iterations = std::int64_t{1} << 24;
+    *condition = initial ? 1u : 0u;
+    for (std::int64_t i = 0; *condition != 0; ++i) {
+      if (i == max_iterations) {
+        throw error(
+            "host executor: a conditional WHILE body ran 2^24 times without clearing its "
+            "condition");
+      }
+      for (const host_node& n : *body) n.execute();
+    }
+  }
+};
+
+inline host_event* as_event(device_event e) {
+  return reinterpret_cast<host_event*>(e);  // NOLINT: the handle is a host_event we created
+}
+
+class host_graph final : public graph {
+ public:
+  explicit host_graph(std::vector<host_node> nodes) : nodes_(std::move(nodes)) {}
+  std::size_t node_count() const override { return nodes_.size(); }
+  const std::vector<host_node>& nodes() const { return nodes_; }
+
+  void write_dot(const std::string& path) const override {
+    std::ofstream out(path);
+    if (!out) throw error("cannot write graph description to '" + path + "'");
+    out << "digraph host_graph {\n  rankdir=TB;\n";
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const host_node& n = nodes_[i];
+      out << "  n" << i << " [shape=box,label=\"";
+      switch (n.type) {
+        case host_node::kind::kernel: out << "kernel " << n.name << "\\nrows " << n.rows; break;
+        case host_node::kind::copy: out << "copy " << n.bytes << " bytes"; break;
+        case host_node::kind::fill: out << "fill " << n.bytes << " bytes"; break;
+        case host_node::kind::graph: out << "graph"; break;
+        case host_node::kind::event: out << "event"; break;
+        case host_node::kind::loop: out << "while (" << n.body->size() << " body nodes)"; break;
+      }
+      out << "\"];\n";
+      if (i > 0) out << "  n" << (i - 1) << " -> n" << i << ";\n";
+    }
+    out << "}\n";
+    if (!out) throw error("cannot write graph description to '" + path + "'");
+  }
+
+ private:
+  std::vector<host_node> nodes_;
+};
+
+class host_graph_exec final : public graph_exec {
+ public:
+  explicit host_graph_exec(std::vector<host_node> nodes)
+      : nodes_(std::make_shared<const std::vector<host_node>>(std::move(nodes))) {}
+  // Launches already queued keep the nodes they were launched with (as CUDA's update affects
+  // only later launches).
+  std::shared_ptr<const std::vector<host_node>> nodes_;
+};
+
+inline bool same_topology(const std::vector<host_node>& a, const std::vector<host_node>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].type != b[i].type || a[i].run != b[i].run) return false;
+    if (a[i].type == host_node::kind::loop && !same_topology(*a[i].body, *b[i].body)) return false;
+  }
+  return true;
+}
+
+}  // namespace specgraph::detail

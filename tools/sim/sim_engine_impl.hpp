@@ -1,0 +1,235 @@
+// Internal: the simulated engine's state, shared by sim_engine.cpp (the pool, requests, the
+// forward and the dense reference) and sim_rounds.cpp (rounds, timing and verification).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "specgraph/error.hpp"
+#include "tools/sim/sim_engine.hpp"
+#include "tools/sim/sim_kernels.hpp"
+
+namespace specgraph::sim {
+namespace detail {
+using clock_type = std::chrono::steady_clock;
+
+// Hands out pages in random order from a shuffled free list, as a pool does after hours of
+// serving: consecutive allocations are almost never consecutive page ids. Page 0 is reserved.
+class page_allocator {
+ public:
+  page_allocator(std::int64_t pages, std::mt19937_64& rng) : rng_(&rng) {
+    free_.resize(static_cast<std::size_t>(pages - 1));
+    std::iota(free_.begin(), free_.end(), 1);
+    std::shuffle(free_.begin(), free_.end(), rng);
+  }
+  std::int64_t allocate() {
+    if (free_.empty()) throw error("simulated KV pool exhausted");
+    const std::size_t i = (*rng_)() % free_.size();
+    std::swap(free_[i], free_.back());
+    const std::int64_t page = free_.back();
+    free_.pop_back();
+    return page;
+  }
+  void release(std::int64_t page) { free_.push_back(page); }
+
+ private:
+  std::mt19937_64* rng_;
+  std::vector<std::int64_t> free_;
+};
+
+struct request {
+  std::int32_t pool_row = 0;
+  std::int32_t seq_len = 0;
+  std::vector<std::int64_t> pages;
+  std::vector<float> k, v;  // [seq_len][heads * head_dim]: the ground truth by position
+};
+}  // namespace detail
+
+using detail::clock_type;
+using detail::page_allocator;
+using detail::request;
+
+struct sim_engine::impl {
+  impl(executor& e, const sim_options& o) : ex(&e), opt(o), rng(o.seed) {}
+
+  executor* ex;
+  sim_options opt;
+  std::mt19937_64 rng;
+  std::int32_t hd = 0;  // heads * head_dim
+  std::int64_t kv_slots = 0;
+  std::unique_ptr<page_allocator> pages;
+  std::vector<request> requests;           // the active set, one per pool row 1..max_batch
+  std::vector<std::int32_t> req_to_token;  // host mirror
+  device_buffer d_req_to_token, k_pool, v_pool;
+  // Engine-owned static buffers read by the captured forward.
+  device_buffer q_src, k_src, v_src;  // [max_rows][steps][hd], the "model outputs" of a round
+  device_buffer o_prefix, lse_prefix, o_expand, lse_expand;  // scratch per pass
+  device_buffer out, out_lse;  // [steps][max_rows][hd], [steps][max_rows][heads]
+  std::vector<float> h_q, h_k, h_v;
+  std::unique_ptr<draft_runtime> rt;
+  std::int32_t max_rows = 0;
+  std::int32_t corrupt_round = -1;
+  std::int32_t corrupt_layout_round = -1;
+  std::int32_t current_round = -1;
+  // The current round (begin_round .. end_round).
+  std::vector<std::int32_t> round_rows, round_seq_len;
+  std::vector<std::int64_t> round_cache_loc, round_branch_pages;
+  sim_cuda_launchers cuda = sim_cuda();
+
+  template <class K>
+  void launch(const typename K::params& p, std::int64_t rows, cuda_rows_fn fn) {
+    ex->launch(make_kernel_launch<K>(p, rows, fn));
+  }
+
+  float random_value() { return std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng); }
+
+  // A new request on pool row `row`: random prefix length, fresh (scattered) pages, random K/V
+  // written into the pool page by page.
+  void admit(std::int32_t row) {
+    request r;
+    r.pool_row = row;
+    r.seq_len = std::uniform_int_distribution<std::int32_t>(opt.min_context, opt.max_context)(rng);
+    r.k.resize(static_cast<std::size_t>(r.seq_len) * hd);
+    r.v.resize(r.k.size());
+    for (auto& x : r.k) x = random_value();
+    for (auto& x : r.v) x = random_value();
+    const std::int32_t ps = opt.page_size;
+    const std::int32_t n_pages = (r.seq_len + ps - 1) / ps;
+    std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(row) * opt.max_context;
+    std::fill(tokens, tokens + opt.max_context, 0);
+    for (std::int32_t j = 0; j < n_pages; ++j) {
+      const std::int64_t page = pages->allocate();
+      r.pages.push_back(page);
+      const std::int32_t first = j * ps;
+      const std::int32_t count = std::min(ps, r.seq_len - first);
+      for (std::int32_t i = 0; i < count; ++i) {
+        tokens[first + i] = static_cast<std::int32_t>(page * ps + i);
+      }
+      const std::size_t bytes = static_cast<std::size_t>(count) * hd * sizeof(float);
+      ex->copy_to_device(k_pool.as<float>() + page * ps * hd,
+                         r.k.data() + static_cast<std::size_t>(first) * hd, bytes);
+      ex->copy_to_device(v_pool.as<float>() + page * ps * hd,
+                         r.v.data() + static_cast<std::size_t>(first) * hd, bytes);
+    }
+    ex->copy_to_device(
+        d_req_to_token.as<std::int32_t>() + static_cast<std::size_t>(row) * opt.max_context, tokens,
+        static_cast<std::size_t>(opt.max_context) * sizeof(std::int32_t));
+    requests[static_cast<std::size_t>(row - 1)] = std::move(r);
+  }
+
+  void retire(std::int32_t row) {
+    for (const std::int64_t p : requests[static_cast<std::size_t>(row - 1)].pages)
+      pages->release(p);
+    requests[static_cast<std::size_t>(row - 1)].pages.clear();
+  }
+
+  void forward(const step_view& v) {
+    const std::int32_t s = v.step;
+    const std::size_t rows = static_cast<std::size_t>(max_rows);
+    kv_write_kernel::params w{};
+    w.real_batch = v.real_batch;
+    w.topk = v.topk;
+    w.cache_loc = v.out_cache_loc;
+    w.cache_loc_stride = v.cache_loc_stride;
+    w.step = s;
+    w.steps = opt.num_steps;
+    w.head_elems = hd;
+    w.k_src = k_src.as<float>();
+    w.v_src = v_src.as<float>();
+    w.k_pool = k_pool.as<float>();
+    w.v_pool = v_pool.as<float>();
+    w.device_step = v.device_step;
+    launch<kv_write_kernel>(w, v.rows, cuda.kv_write);
+
+    paged_attention_kernel::params a{};
+    a.q = q_src.as<float>();
+    a.steps = opt.num_steps;
+    a.step = s;
+    a.heads = opt.heads;
+    a.head_dim = opt.head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(opt.head_dim));
+    a.k_pool = k_pool.as<float>();
+    a.v_pool = v_pool.as<float>();
+    a.page_size = opt.page_size;
+    a.device_step = v.device_step;
+    // Pass 1: the request's whole prefix pages through the step-invariant prefix table.
+    a.page_table = v.prefix_page_table;
+    a.table_stride = v.prefix_stride;
+    a.seqlen = v.prefix_seqlen;
+    a.rows_per_table_row = v.topk;
+    a.o = o_prefix.as<float>();
+    a.lse = lse_prefix.as<float>();
+    launch<paged_attention_kernel>(a, static_cast<std::int64_t>(v.rows) * opt.heads,
+                                   cuda.attention);
+    // Pass 2: the branch's pages (copied partial page + draft tokens) through the step's table.
+    a.page_table = v.expand_page_table;
+    a.table_stride = v.expand_stride;
+    a.seqlen = v.expand_cache_seqlen;
+    a.rows_per_table_row = 1;
+    a.o = o_expand.as<float>();
+    a.lse = lse_expand.as<float>();
+    launch<paged_attention_kernel>(a, static_cast<std::int64_t>(v.rows) * opt.heads,
+                                   cuda.attention);
+
+    lse_merge_kernel::params m{};
+    m.o1 = o_prefix.as<float>();
+    m.lse1 = lse_prefix.as<float>();
+    m.o2 = o_expand.as<float>();
+    m.lse2 = lse_expand.as<float>();
+    m.heads = opt.heads;
+    m.head_dim = opt.head_dim;
+    m.out = out.as<float>() + static_cast<std::size_t>(s) * rows * hd;
+    m.out_lse = out_lse.as<float>() + static_cast<std::size_t>(s) * rows * opt.heads;
+    m.device_step = v.device_step;  // step 0's view then: the slice follows the device step
+    m.out_step_elems = static_cast<std::int64_t>(rows) * hd;
+    m.lse_step_elems = static_cast<std::int64_t>(rows) * opt.heads;
+    launch<lse_merge_kernel>(m, static_cast<std::int64_t>(v.rows) * opt.heads, cuda.merge);
+  }
+
+  // Dense float64 attention of one (row, step, head) over the tokens gathered by position: the
+  // request's prefix 0..seq_len-1 and the branch's draft tokens 0..step.
+  void reference(const request& r, std::size_t row, std::int32_t step, std::int32_t h,
+                 std::vector<double>& o) const {
+    const std::int32_t D = opt.head_dim;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    const float* q =
+        h_q.data() + (row * opt.num_steps + static_cast<std::size_t>(step)) * hd + h * D;
+    std::vector<double> scores;
+    std::vector<const float*> values;
+    auto add = [&](const float* k, const float* v) {
+      double s = 0;
+      for (std::int32_t d = 0; d < D; ++d) s += static_cast<double>(q[d]) * k[d];
+      scores.push_back(s * scale);
+      values.push_back(v);
+    };
+    for (std::int32_t pos = 0; pos < r.seq_len; ++pos) {
+      add(r.k.data() + static_cast<std::size_t>(pos) * hd + h * D,
+          r.v.data() + static_cast<std::size_t>(pos) * hd + h * D);
+    }
+    for (std::int32_t j = 0; j <= step; ++j) {
+      const std::size_t src = (row * opt.num_steps + static_cast<std::size_t>(j)) * hd +
+                              static_cast<std::size_t>(h * D);
+      add(h_k.data() + src, h_v.data() + src);
+    }
+    const double m = *std::max_element(scores.begin(), scores.end());
+    double l = 0;
+    o.assign(static_cast<std::size_t>(D), 0.0);
+    for (std::size_t i = 0; i < scores.size(); ++i) {
+      const double w = std::exp(scores[i] - m);
+      l += w;
+      for (std::int32_t d = 0; d < D; ++d) o[static_cast<std::size_t>(d)] += w * values[i][d];
+    }
+    for (double& x : o) x /= l;
+  }
+};
+
+}  // namespace specgraph::sim
