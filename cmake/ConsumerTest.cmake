@@ -1,10 +1,18 @@
 # ctest driver: install this build into a scratch prefix, build the engine stand-in against the
 # installed package (find_package), and also through add_subdirectory; run both.
 # Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, ENABLE_CUDA, SANITIZE (the main build's
-# SPECGRAPH_SANITIZE: a sanitized library needs a consumer linked with the same sanitizers).
+# SPECGRAPH_SANITIZE: a sanitized library needs a consumer linked with the same sanitizers, by the
+# same compiler: a clang-ASan library cannot link into a g++-built consumer), CXX_COMPILER and
+# C_COMPILER (the main build's compilers; C_COMPILER may be empty).
 set(flags "")
 if(SANITIZE)
   set(flags -DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE} -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE})
+  if(CXX_COMPILER)
+    list(APPEND flags -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+  endif()
+  if(C_COMPILER)
+    list(APPEND flags -DCMAKE_C_COMPILER=${C_COMPILER})
+  endif()
 endif()
 function(run_step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -43,7 +44,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
   c.max_context_len = 4096;
   c.kv_slots = std::int64_t{1} << 24;
   bool json = false;
-  std::int64_t pool_rows = -1;
+  std::optional<std::int32_t> pool_rows;  // absent: the default, max_batch + 1
   // draft_config field names, for errors raised by validate(): reported as the flag.
   const std::pair<const char*, const char*> flag_of[] = {{"max_batch", "--max-batch"},
                                                          {"topk", "--topk"},
@@ -97,9 +98,10 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
     }
     // The default pool (max_batch + 1 rows, row 0 reserved) computed in int64: a max_batch out of
     // range is then reported as --max-batch by validate(), not as a wrapped --pool-rows.
-    c.pool_rows = pool_rows >= 0 ? static_cast<std::int32_t>(pool_rows)
-                                 : static_cast<std::int32_t>(std::min<std::int64_t>(
-                                       static_cast<std::int64_t>(c.max_batch) + 1, 1LL << 30));
+    // Only an absent --pool-rows takes the default (a negative one is refused by validate()).
+    c.pool_rows = pool_rows ? *pool_rows
+                            : static_cast<std::int32_t>(std::min<std::int64_t>(
+                                  static_cast<std::int64_t>(c.max_batch) + 1, 1LL << 30));
     const plan p = make_plan(c);
     out << (json ? p.report_json() + "\n" : p.report_text());
     return 0;

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the binary harnesses (plan_fuzz, kernels_fuzz, runtime_fuzz) into
+tests/fuzz/corpus/<harness>/seed-*.bin, in the byte encoding of tests/fuzz/fuzz_support.hpp.
+The json_fuzz seeds are plain JSON files kept by hand. Regression inputs (crash-*, regress-*)
+found by fuzzing are kept beside the seeds and never touched here.
+
+Each function below mirrors the decoding order of its harness; an input that drifts from it is
+still a valid input, only a less meaningful seed. Run: python3 tests/fuzz/make_corpus.py
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class enc:
+    """Writes what fuzz_support.hpp's reader reads."""
+
+    def __init__(self):
+        self.b = bytearray()
+
+    def byte(self, v):
+        self.b.append(v & 0xFF)
+        return self
+
+    def u16(self, v):
+        self.b += struct.pack("<H", v & 0xFFFF)
+        return self
+
+    def small(self, v, lo):  # reader::small(lo, hi) with lo <= v <= hi
+        return self.u16(v - lo)
+
+    def value(self, v, lo):  # reader::value(lo, hi, limit), "small" mode
+        return self.byte(0).small(v, lo)
+
+    def raw(self, v):  # reader::value, raw int64 mode
+        self.byte(0xC0)
+        self.b += struct.pack("<q", v)
+        return self
+
+    def edge(self, index):  # reader::value, edge mode: lo-1, lo, hi, hi+1, limit, limit+1, ...
+        mode = next(m for m in range(0x80, 0xC0) if m % 13 == index)
+        return self.byte(mode)
+
+
+def write(harness, name, data):
+    folder = os.path.join(HERE, "corpus", harness)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "seed-" + name + ".bin"), "wb") as f:
+        f.write(bytes(data))
+
+
+# ---- plan_fuzz: max_batch, topk, num_steps, page_size, max_context_len, pool_rows, kv_slots,
+# options (1 checked, 2 round_graphs, 4 buckets, 8 append max_batch, 16 sparse, 32 size count).
+def plan_seed(max_batch, topk, steps, ps, mcl, pool_rows, kv, options=0, buckets=None,
+              sparse=None):
+    e = enc()
+    for v in (max_batch, topk, steps, ps, mcl, pool_rows):
+        e.raw(v)
+    e.raw(kv)
+    e.byte(options)
+    if options & 4:
+        e.small(len(buckets), 1)
+        e.raw(buckets[0])
+        for a, b in zip(buckets, buckets[1:]):
+            assert 1 <= b - a <= 8
+            e.byte(b - a - 1)
+    if options & 16:
+        heads, max_keys, vsizes, ssizes = sparse
+        e.raw(heads).raw(max_keys)
+        if options & 32:
+            e.small(len(vsizes), 0)
+        for v, s in zip(vsizes, ssizes):
+            e.raw(v).raw(s)
+    return e.b
+
+
+def plan_seeds():
+    write("plan_fuzz", "readme-default", plan_seed(256, 8, 5, 16, 4096, 257, 1 << 24))
+    write("plan_fuzz", "run-default", plan_seed(32, 4, 5, 16, 1024, 33, 1 << 24, options=3))
+    write("plan_fuzz", "small", plan_seed(8, 2, 3, 4, 64, 9, 4096))
+    write("plan_fuzz", "buckets", plan_seed(16, 2, 2, 1, 100, 17, 1 << 20, options=4 | 8,
+                                            buckets=[1, 2, 4, 8, 12]))
+    write("plan_fuzz", "bad-buckets", plan_seed(16, 2, 2, 1, 100, 17, 1 << 20, options=4,
+                                                buckets=[2, 3, 3 + 8, 12]))
+    write("plan_fuzz", "sparse", plan_seed(4, 1, 1, 16, 128, 5, 4096, options=16,
+                                           sparse=(4, 128, [4, 4, 4, 4], [4, 4, 4, 4])))
+    write("plan_fuzz", "sparse-mismatch",
+          plan_seed(4, 1, 1, 16, 128, 5, 4096, options=16 | 32,
+                    sparse=(3, 48, [4, 0], [0, 9])))
+    write("plan_fuzz", "limits", plan_seed(1 << 20, 16, 4, 1 << 20, 1 << 28, 1 << 24,
+                                           (1 << 31) * (1 << 20) - 1))
+    write("plan_fuzz", "arena-limit", plan_seed(1 << 20, 16, 1024, 1, 1 << 28, 2, 1 << 30))
+    write("plan_fuzz", "kv-page-limit", plan_seed(8, 1, 1, 1, 64, 9, (1 << 31) + 1))
+    write("plan_fuzz", "topk-zero", plan_seed(8, 0, 1, 1, 64, 9, 64))
+    # (pool_rows -5: see tests/fuzz/known_bugs/plan_fuzz/plan-command-negative-pool-rows.bin)
+
+
+# ---- kernels_fuzz: select byte = kernel | path << 2 (kernel: 0 expand, 1 prefix, 2 sparse,
+# 3 fallback; path: 0 eager, 1 deferred, 2 graph, 3 *_host).
+def expand_seed(path, batch, topk, ps, d, stride, slots_read, capacity, lpl, rows,
+                slot_limit=None, layout=None):
+    e = enc().byte(0 | path << 2)
+    e.value(batch, 1).value(topk, 1).value(ps, 1).value(d, 1).value(stride, 1)
+    e.value(slots_read, 1).value(capacity, 1)
+    e.byte(0)  # page_table_stride = capacity
+    if slot_limit is None:
+        e.byte(0)
+    else:
+        e.byte(1).raw(slot_limit)
+    e.byte(0 if layout is None else 0x80 | layout)
+    e.byte(0)  # no null pointers
+    for v in lpl:
+        e.byte(v)
+    for first_page, consecutive in rows:  # engine-like rows: a fresh page, then the next ones
+        e.byte(1 if consecutive else 0).u16(first_page)
+        if not consecutive:
+            raise ValueError("only consecutive-page rows are written by this generator")
+    return e.b
+
+
+def prefix_seed(path, batch, topk, ps, pool_rows, stride, pool_seeds, requests, bad=None):
+    e = enc().byte(1 | path << 2)
+    e.value(batch, 1).value(topk, 1).value(ps, 1).value(pool_rows, 1).value(stride, 1)
+    e.byte(0)  # capacity = ceil(stride / ps)
+    e.byte(0)  # page_table_stride = capacity
+    e.byte(0)  # default slot_limit
+    e.byte(0)  # no null pointers
+    for i, seed in enumerate(pool_seeds):
+        e.u16(seed)
+        if bad and i in bad:
+            pos, value = bad[i]
+            e.byte(0xC0).byte(pos).raw(value)
+        else:
+            e.byte(0)
+    for pool, seq in requests:
+        e.value(pool, 0).value(seq, 0)
+    return e.b
+
+
+def sparse_seed(path, kind, k, heads=4, size=4, counts=(0, 0), vin=(), sin=()):
+    e = enc().byte(2 | path << 2)
+    e.value(heads, 1).value(size, 0).value(size, 0).value(size, 1).value(size, 1)
+    e.byte(kind).value(48, 1)  # chunk_len 48
+    e.byte(k)  # prev = 48 * k
+    e.byte(47)  # end = prev + 48
+    e.byte(0)  # chunk_q_len = end - prev
+    e.byte(0)  # no null pointers
+    for _ in range(heads):
+        e.value(size, 0).value(size, 0)
+        e.byte(counts[0] | counts[1] << 4)
+        for i in range(size):
+            e.value(vin[i] if i < len(vin) else 0, 0)
+        for i in range(size):
+            e.value(sin[i] if i < len(sin) else 0, 0)
+    return e.b
+
+
+def kernels_seeds():
+    # docs/metadata.md section 3 test vectors, case A and B (runtime-style slice), every path.
+    for path in range(4):
+        write("kernels_fuzz", f"expand-case-a-path{path}",
+              expand_seed(path, 1, 2, 4, 1, 2, 2, 2, [3], [(5, True), (7, True)]))
+    write("kernels_fuzz", "expand-case-b-sliced",
+          expand_seed(0, 1, 2, 4, 5, 6, 5, 6, [3], [(6, True), (8, True)]))
+    # The worked crash: a 5-slot row read into the 2-wide step-0 table (capacity violation).
+    write("kernels_fuzz", "expand-worked-crash",
+          expand_seed(0, 1, 1, 2, 1, 5, 5, 2, [1], [(0, True)]))
+    write("kernels_fuzz", "expand-layout-checked",
+          expand_seed(2, 2, 2, 4, 3, 4, 3, 4, [1, 3], [(1, True), (3, True), (5, True), (9, True)],
+                      slot_limit=1 << 12, layout=2))
+    # Section 2 example: ps 4, max_context_len 16, seq_len 10, and a padded request.
+    for path in range(4):
+        write("kernels_fuzz", f"prefix-path{path}",
+              prefix_seed(path, 2, 2, 4, 3, 16, [0, 17, 99], [(1, 10), (0, 1)]))
+    write("kernels_fuzz", "prefix-bad-slot",
+          prefix_seed(0, 2, 1, 2, 2, 12, [5, 6], [(1, 12), (0, 3)], bad={1: (4, -7)}))
+    # Section 6 reference configuration: chunk_len 48, 4 heads, sizes 4; intra/succ/inter stages.
+    write("kernels_fuzz", "sparse-intra-fallback", sparse_seed(0, 0, 0))
+    write("kernels_fuzz", "sparse-succ", sparse_seed(1, 1, 1, counts=(3, 2), vin=(1, 50, 60),
+                                                     sin=(40, 90)))
+    write("kernels_fuzz", "sparse-inter-host", sparse_seed(3, 2, 2, counts=(4, 4),
+                                                           vin=(0, 10, 47, 100),
+                                                           sin=(5, 60, 100, 127)))
+    write("kernels_fuzz", "sparse-graph-overflow", sparse_seed(2, 0, 2, counts=(4, 4),
+                                                               vin=(96, 97, 98, 99),
+                                                               sin=(96, 100, 110, 120)))
+    # Section 6 fallback table, and a capped one.
+    for seq, count, cap in ((48, 4, 4), (32, 4, 4), (10, 4, 4), (3, 4, 4), (10, 6, 6), (7, 3, 3),
+                            (0, 4, 4), (5, 0, 1), (50, 5, 4)):
+        e = enc().byte(3).value(seq, 0).value(count, 0).value(cap, 1).byte(0)
+        write("kernels_fuzz", f"fallback-{seq}-{count}-{cap}", e.b)
+
+
+# ---- runtime_fuzz: config, executor, req_to_token, then operations ((op & 0x7f) % 12: 0 stage,
+# 1 stage_device, 2 replay, 3 run_round, 4 run_eager, 5 capture, 6 capture with a failing
+# forward, 7 read_guards, 8 setup_round, 9 step_metadata, 10 stage_round, 11 a composed graph;
+# op & 0x80 on a deferred executor: no arena snapshot, so work stays queued).
+PAGE_SIZES = [1, 2, 4, 8, 16, 3, 5, 7]
+
+
+class runtime_seed:
+    def __init__(self, max_batch, topk, steps, ps, mcl, pool_rows, kv, options=0,
+                 deferred=False):
+        self.cfg = dict(max_batch=max_batch, topk=topk, steps=steps, ps=ps, mcl=mcl,
+                        pool_rows=pool_rows, kv=kv)
+        e = self.e = enc()
+        e.small(max_batch, 1).small(topk, 1).small(steps, 1)
+        e.byte(PAGE_SIZES.index(ps))
+        e.small(mcl, 1).small(pool_rows, 1)
+        e.byte(0).small(kv, 1)
+        e.byte(options)
+        assert not options & (4 | 16)
+        e.byte(1 if deferred else 0)
+        for r in range(1, pool_rows):
+            e.u16(1000 + 77 * r)
+        e.byte(0)  # no bad req_to_token slots
+
+    def stage(self, requests, wide=False, op=0):
+        # requests: (pool_row, seq_len); branch pages: fresh ones from the generator.
+        c, e = self.cfg, self.e
+        e.byte(op).value(len(requests), 1).byte(1 if wide else 0).byte(0)
+        pages = max(2, c["kv"] // c["ps"])
+        for pool, seq in requests:
+            if c["pool_rows"] > 1:
+                e.small(pool, 1)
+            e.small(seq, 1)
+            lpl = seq % c["ps"]
+            for t in range(c["topk"]):
+                e.u16(3 + 5 * t)
+                for j in range(1, c["steps"]):
+                    if (lpl + j) % c["ps"] == 0:
+                        e.u16(11 + 7 * t + j)
+        assert pages > 12
+        return self
+
+    def stage_device(self, batch, pool_rows_values, seqs, types=0, op=1):
+        e = self.e
+        e.byte(op).value(batch, 1).byte(types)
+        for _ in range(batch * self.cfg["topk"] * self.cfg["steps"]):
+            e.byte(0).u16(40 + len(e.b) % 50)
+        for v in pool_rows_values:
+            e.value(v, 0)
+        for v in seqs:
+            e.value(v, 1)
+        return self
+
+    def op(self, code, *values, lo=0):
+        # replay / run_eager / step choices are value32(0, ...); run_round's depth value32(1, ...).
+        self.e.byte(code)
+        for v in values:
+            self.e.value(v, 1 if (code & 0x7F) % 12 == 3 else lo)
+        return self
+
+    def byte(self, v):
+        self.e.byte(v)
+        return self
+
+    def value(self, v, lo):
+        self.e.value(v, lo)
+        return self
+
+    def bytes(self):
+        return self.e.b
+
+
+def runtime_seeds():
+    s = runtime_seed(4, 2, 3, 4, 32, 5, 4096)
+    s.stage([(1, 10), (2, 17), (3, 4)]).op(5).op(3, 3).op(7)
+    write("runtime_fuzz", "stage-capture-round", s.bytes())
+
+    s = runtime_seed(4, 2, 3, 4, 32, 5, 4096, options=1 | 2, deferred=True)
+    s.op(5).stage([(1, 9)], wide=True).op(3, 3).stage([(2, 31), (4, 1)], op=0x80).op(0x82, 0)
+    s.op(0x82, 1).op(4, 2).op(7)
+    write("runtime_fuzz", "checked-round-graphs-deferred", s.bytes())
+
+    s = runtime_seed(3, 1, 2, 1, 16, 4, 4096)
+    s.stage([(1, 5), (2, 16)]).op(4, 0).op(4, 1).op(2, 0).op(5).op(2, 1).op(2, 0)
+    write("runtime_fuzz", "eager-then-replay-order", s.bytes())
+
+    s = runtime_seed(4, 2, 2, 2, 24, 4, 4096)
+    s.op(5).stage_device(3, [1, 2, 3], [7, 24, 1]).op(3, 2)
+    s.stage_device(2, [1, 9], [5, 99], types=3).op(3, 2).op(7)
+    write("runtime_fuzz", "stage-device", s.bytes())
+
+    s = runtime_seed(8, 1, 4, 8, 40, 3, 4096)
+    s.op(2, 0).op(5).op(2, 0).op(6).byte(0).stage([(1, 33), (2, 8)]).op(6).byte(1).op(3, 4)
+    write("runtime_fuzz", "misuse-and-failing-forward", s.bytes())
+
+    s = runtime_seed(4, 2, 3, 4, 32, 5, 4096)
+    s.stage([(1, 12), (4, 3)]).op(8).byte(1).byte(0).op(9).byte(1).value(2, 0)
+    s.stage_device(2, [1, 3], [8, 9], op=10)
+    s.op(11).byte(0).value(1, 0).op(7)
+    write("runtime_fuzz", "composable-ops", s.bytes())
+
+
+if __name__ == "__main__":
+    plan_seeds()
+    kernels_seeds()
+    runtime_seeds()
