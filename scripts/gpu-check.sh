@@ -36,24 +36,24 @@ set -uo pipefail
 # Order is execution order. Sum <= 480 - PACKAGING_RESERVE (checked at start and by the contract).
 STEPS=(machine deps build tests run-compare memcheck initcheck python torch-example benchmarks peer-torch)
 declare -A BUDGET=(
-  [machine]=10        # nvidia-smi, tool versions: a few seconds
+  [machine]=5         # nvidia-smi, tool versions: a few seconds
   [deps]=45           # unpack .deps/debs + a link probe ~10 s; +25 s if GoogleTest must be rebuilt
   [build]=100         # ~150 CPU-s of compiles (107 s on 2 cores), longest one ~25 s: ~40 s on 16
-  [tests]=45          # 104 tests, ~3 s on 2 cores host-only; the cuda ones add context creation
-  [run-compare]=20    # two small seeded simulated runs, ~1.5 s each on the host executor
-  [memcheck]=90       # cuda instances of every test binary, 4 at a time, 200 property cases
-  [initcheck]=65      # same, initcheck
-  [python]=25         # pip install --no-index + pytest (skipped while there is no python/)
-  [torch-example]=10  # examples/torch_draft_loop.py (skipped while absent)
-  [benchmarks]=40     # ~240 cuda benchmarks at min_time 0.02 s
-  [peer-torch]=15     # bench/peer_torch.py (skipped while absent)
+  [tests]=40          # 104 tests, ~3 s on 2 cores host-only; the cuda ones add context creation
+  [run-compare]=15    # two small seeded simulated runs, ~1.5 s each on the host executor
+  [memcheck]=70       # cuda instances of every test binary, 4 at a time, 100 property cases
+  [initcheck]=50      # same, initcheck
+  [python]=70         # pip install --no-index (a one-arch CUDA build) + pytest incl. torch
+  [torch-example]=20  # examples/torch_draft_loop.py: torch import + capture + replays
+  [benchmarks]=35     # ~240 cuda benchmarks at min_time 0.02 s
+  [peer-torch]=15     # bench/peer_torch.py
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
 TOTAL_LIMIT=480
 # The dry run builds on a small CPU machine: only these budgets differ there.
 declare -A DRY_BUDGET=([deps]=120 [build]=2400 [run-compare]=120)
 PER_TEST_TIMEOUT=60   # ctest --timeout for one test
-PROPERTY_CASES=200    # SPECGRAPH_PROPERTY_CASES under compute-sanitizer
+PROPERTY_CASES=100    # SPECGRAPH_PROPERTY_CASES under compute-sanitizer
 SANITIZER_FILTER='*cuda*:*Cuda*'  # gtest filter: the cuda instances (and CudaHandles.*)
 BENCH_MIN_TIME=0.02
 # The run-compare configuration: small, seeded, every round verified against float64.

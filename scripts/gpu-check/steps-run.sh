@@ -150,6 +150,10 @@ step_python() {
   [ "$SG_DRY" = 1 ] && dry_skip
   local links=()
   [ -d .whl ] && links=(--find-links .whl)
+  # --no-build-isolation installs no build requirements: the build needs tvm_ffi already.
+  python3 -c "import tvm_ffi" 2>/dev/null ||
+    python3 -m pip install --no-index "${links[@]}" apache-tvm-ffi ||
+    { note "apache-tvm-ffi not installable offline (run scripts/bundle-deps.sh: .whl/)"; return 1; }
   python3 -m pip install --no-build-isolation --no-index "${links[@]}" . ||
     { note "pip install failed"; return 1; }
   local junit=$SG_LOGS/pytest-junit.xml rc=0

@@ -1,0 +1,65 @@
+"""specgraph: exactly sized static buffers and capture-safe metadata ops for EAGLE draft steps
+captured as CUDA graphs (docs/metadata.md has the semantics; README.md, the Python section).
+
+    cfg = specgraph.DraftConfig(max_batch=64, topk=8, num_steps=5, page_size=16,
+                                max_context_len=4096, pool_rows=512, kv_slots=1 << 22)
+    plan = specgraph.make_plan(cfg)                     # host only, exact sizes
+    arena = torch.empty(plan.total_bytes, dtype=torch.uint8, device="cuda")
+    bufs = specgraph.buffers(plan, arena)               # typed zero-copy views
+    specgraph.stage_(bufs, bs, req_pool_indices, seq_lens, out_cache_loc)
+    specgraph.round_setup_(bufs, bucket, req_to_token)  # inside torch.cuda.graph: step 0
+    specgraph.step_metadata_(bufs, bucket, step)        # every step
+
+Environment (read once, here): SPECGRAPH_CHECKED, SPECGRAPH_LOG_LEVEL, SPECGRAPH_NVTX; see
+specgraph._env.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from . import _env
+from . import _ffi
+from .buffers import Buffers, SparseStageViews, StepView, buffers, host_arena
+from .config import DraftConfig, SparseConfig, default_buckets
+from .errors import CaptureFailed, CudaError, GuardViolation, InvalidArgument, SpecgraphError
+from .ops import (GuardWord, SparseStage, advance_step_, check_guards, count_violations_,
+                  initialize_, read_guards, round_setup_, sparse_stage_, sparse_stages, stage_,
+                  step_metadata_, step_metadata_device_)
+from .plan import BufferSpec, EngineSizing, Plan, make_plan
+
+_version, _no_cuda_reason, _has_nvtx, _built_with_cuda = _ffi.build_info()
+__version__: str = str(_version)
+#: Whether the extension was compiled with CUDA (nvcc found at build time).
+BUILT_WITH_CUDA: bool = bool(_built_with_cuda)
+#: Whether CUDA ops can run here; cuda_unavailable_reason() says why not.
+CUDA_AVAILABLE: bool = not str(_no_cuda_reason)
+
+
+def cuda_unavailable_reason() -> str:
+    """Why CUDA ops cannot run here ("" when they can)."""
+    return str(_no_cuda_reason)
+
+
+logger = logging.getLogger("specgraph")
+if _env.LOG_LEVEL:
+    logger.setLevel(_env.LOG_LEVEL.upper())
+    if not logger.handlers:
+        _handler = logging.StreamHandler(sys.stderr)
+        _handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        logger.addHandler(_handler)
+        logger.propagate = False
+_ffi.set_nvtx(_env.NVTX and bool(_has_nvtx))
+
+if "torch" in sys.modules:  # already imported by the engine: register the custom ops now
+    from . import _torch_ops  # noqa: F401
+
+__all__ = [
+    "BUILT_WITH_CUDA", "CUDA_AVAILABLE", "BufferSpec", "Buffers", "CaptureFailed", "CudaError",
+    "DraftConfig", "EngineSizing", "GuardViolation", "GuardWord", "InvalidArgument", "Plan",
+    "SparseConfig", "SparseStage", "SparseStageViews", "SpecgraphError", "StepView", "buffers",
+    "check_guards", "count_violations_", "cuda_unavailable_reason", "default_buckets", "host_arena",
+    "initialize_", "make_plan", "read_guards", "round_setup_", "sparse_stage_", "sparse_stages",
+    "stage_", "step_metadata_", "step_metadata_device_", "advance_step_",
+]

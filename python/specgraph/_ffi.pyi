@@ -1,0 +1,64 @@
+# Type stubs for the extension's functions (python/src/*.cpp), registered as tvm-ffi globals
+# "specgraph.<name>" and exposed here by tvm_ffi.init_ffi_api. Tensor arguments accept anything
+# with __dlpack__ (numpy arrays, torch tensors, tvm_ffi.Tensor); a torch CUDA tensor among the
+# arguments makes torch's current stream the stream of the call. The public API (specgraph.*)
+# wraps these; call them directly only to skip its checks and dispatch.
+from typing import Any, List, Sequence, Union
+
+import tvm_ffi
+
+Tensor = Any  # an object with __dlpack__
+Plan = tvm_ffi.Object  # specgraph.Plan (C++ plan_obj)
+Buffers = tvm_ffi.Object  # specgraph.Buffers (C++ buffers_obj)
+DType = Union[str, tvm_ffi.dtype]
+
+# ---- plans (bindings.cpp): host only ----------------------------------------------------------
+def make_plan(max_batch: int, topk: int, num_steps: int, page_size: int, max_context_len: int,
+              pool_rows: int, kv_slots: int, buckets: Sequence[int], checked: bool,
+              round_graphs: bool, device_steps: bool, device_depth: bool, sparse_heads: int,
+              vertical_size: Sequence[int], slash_size: Sequence[int],
+              sparse_max_keys: int) -> Plan: ...
+def default_buckets(max_batch: int) -> List[int]: ...
+def bucket_for(plan: Plan, batch: int) -> int: ...
+def plan_info(plan: Plan) -> Any:
+    """Map: buffers, buckets, total_bytes, today, prefix_table_bytes, expand_table_bytes,
+    layout, report_text, report_json."""
+def arena_view(arena: Tensor, offset: int, dtype: DType, shape: Sequence[int]) -> tvm_ffi.Tensor:
+    """A zero-copy view of `arena` that keeps it alive."""
+def expand_page_table_host(cache_loc: Tensor, last_page_len: Tensor, page_table: Tensor,
+                           cache_seqlen: Tensor, topk: int, page_size: int, decode_length: int,
+                           slots_read: int, capacity: int, kv_slots: int) -> List[List[int]]:
+    """Host arrays only; returns the violating rows' guard words [count, kind, kernel, row,
+    column, capacity, value]."""
+def sparse_fallback(seq_len: int, max_count: int, out: Tensor, capacity: int) -> List[int]:
+    """[written, count, kind, kernel, row, column, capacity, value]."""
+def sparse_stages(seq_len: int, chunk_len: int) -> List[List[int]]:
+    """[kind, prev, end, chunk_len, chunk_q_len] per stage."""
+def describe_guard(violations: int, kind: int, kernel: int, row: int, column: int,
+                   capacity: int, value: int) -> str: ...
+def build_info() -> List[Any]:
+    """[version, why CUDA is unavailable ("" if available), has NVTX, built with CUDA]."""
+def set_nvtx(on: bool) -> None: ...
+def stream_for(t: Tensor) -> int:
+    """The stream an op on t would enqueue on (0 on the CPU)."""
+def raise_for_test(kind: str, message: str) -> None: ...
+
+# ---- buffers and ops (ops.cpp): every op takes the buffers' arena, whose framework decides
+# the stream; enqueued on it, no synchronisation unless stated ------------------------------
+def make_buffers(plan: Plan, arena: Tensor, initialize: bool) -> Buffers: ...
+def initialize(bufs: Buffers, arena: Tensor) -> None: ...
+def stage(bufs: Buffers, arena: Tensor, batch: int, req_pool_indices: Tensor, seq_lens: Tensor,
+          out_cache_loc: Tensor) -> int:
+    """Returns the bucket."""
+def round_setup(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor) -> None: ...
+def step_metadata(bufs: Buffers, arena: Tensor, bucket: int, step: int) -> None: ...
+def step_metadata_device(bufs: Buffers, arena: Tensor, bucket: int) -> None: ...
+def advance_step(bufs: Buffers, arena: Tensor) -> None: ...
+def sparse_stage(bufs: Buffers, arena: Tensor, kind: int, prev: int, end: int, chunk_len: int,
+                 chunk_q_len: int) -> None: ...
+def count_violations(bufs: Buffers, arena: Tensor, out: Tensor) -> None: ...
+def read_guards(bufs: Buffers, arena: Tensor) -> List[List[int]]:
+    """Synchronises."""
+def check_guards(bufs: Buffers, arena: Tensor, bucket: int) -> None:
+    """Synchronises; raises GuardViolation."""
+def staged_bucket(bufs: Buffers) -> int: ...

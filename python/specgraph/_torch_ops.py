@@ -1,0 +1,115 @@
+"""The ops as torch.library custom ops, torch.ops.specgraph.* (imported once a torch arena is
+used; `import specgraph.torch` also imports it).
+
+Registered with torch.library.Library(...).define/impl: the eager call goes straight from the
+dispatcher into the Python implementation and the extension, without the per-call cost of the
+torch.library.custom_op decorator path. Each op declares what it mutates (Tensor(a!) arena, or
+the violation flag), has a fake implementation (nothing to allocate: the ops return nothing), so
+torch.compile traces them as ordinary ops and torch.profiler shows them by name.
+
+Buffers cannot travel through the dispatcher: an op names them by an int handle, a key into a
+table of the buffers' C++ objects, removed when the Buffers is collected (captured graphs need
+no handle). Through torch.ops an eager call costs the dispatcher's Python-kernel path on top of
+the direct call (about 4 us on CPU here); buffers(..., torch_ops=False) skips it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from types import SimpleNamespace
+from typing import Any, Callable, Dict
+
+import torch
+
+from . import _ffi, ops
+from .errors import InvalidArgument
+
+_OBJECTS: Dict[int, Any] = {}  # handle -> the Buffers' C++ object
+_next_handle = itertools.count(1)
+
+SCHEMAS = {
+    "initialize_": "initialize_(Tensor(a!) arena, int handle) -> ()",
+    "stage_": "stage_(Tensor(a!) arena, int handle, int bs, Tensor req_pool_indices, "
+              "Tensor seq_lens, Tensor out_cache_loc) -> ()",
+    "round_setup_": "round_setup_(Tensor(a!) arena, int handle, int bucket, "
+                    "Tensor req_to_token) -> ()",
+    "step_metadata_": "step_metadata_(Tensor(a!) arena, int handle, int bucket, int step) -> ()",
+    "step_metadata_device_": "step_metadata_device_(Tensor(a!) arena, int handle, int bucket) -> ()",
+    "advance_step_": "advance_step_(Tensor(a!) arena, int handle) -> ()",
+    "sparse_stage_": "sparse_stage_(Tensor(a!) arena, int handle, int kind, int prev, int end, "
+                     "int chunk_len, int chunk_q_len) -> ()",
+    "count_violations_": "count_violations_(Tensor arena, int handle, Tensor(a!) out) -> ()",
+    "check_guards": "check_guards(Tensor arena, int handle, int bucket) -> ()",
+}
+
+
+def register(bufs: Any) -> int:
+    handle = next(_next_handle)
+    _OBJECTS[handle] = bufs._obj
+    weakref.finalize(bufs, _OBJECTS.pop, handle, None)
+    return handle
+
+
+def _obj(handle: int) -> Any:
+    try:
+        return _OBJECTS[handle]
+    except KeyError:
+        raise InvalidArgument(f"handle: {handle} names no live specgraph Buffers",
+                              field="handle") from None
+
+
+def _on_arena(fn: Callable[..., Any], writes: bool = True) -> Callable[..., None]:
+    """fn(obj, arena, *args) through the dispatcher. torch.compile's functionalization (and
+    opcheck) may hand the op a copy of the arena; on the CPU such a copy can miss the 256-byte
+    alignment, and the op then runs on an aligned copy of it, copied back if the op writes the
+    arena (a path eager calls never take)."""
+
+    def impl(arena: torch.Tensor, handle: int, *args: Any) -> None:
+        obj = _obj(handle)
+        try:
+            fn(obj, arena, *args)
+        except InvalidArgument as e:
+            if e.field != "arena" or arena.is_cuda or arena.data_ptr() % 256 == 0:
+                raise
+            scratch = torch.empty(arena.numel() + 256, dtype=torch.uint8)
+            start = (-scratch.data_ptr()) % 256
+            aligned = scratch[start: start + arena.numel()]
+            aligned.copy_(arena)
+            fn(obj, aligned, *args)
+            if writes:
+                arena.copy_(aligned)
+
+    return impl
+
+
+def _nothing(*args: Any) -> None:
+    return None
+
+
+_IMPLS = {
+    "initialize_": _on_arena(_ffi.initialize),
+    "stage_": _on_arena(_ffi.stage),
+    "round_setup_": _on_arena(_ffi.round_setup),
+    "step_metadata_": _on_arena(_ffi.step_metadata),
+    "step_metadata_device_": _on_arena(_ffi.step_metadata_device),
+    "advance_step_": _on_arena(_ffi.advance_step),
+    "sparse_stage_": _on_arena(_ffi.sparse_stage),
+    "count_violations_": _on_arena(_ffi.count_violations, writes=False),
+    "check_guards": _on_arena(_ffi.check_guards, writes=False),
+}
+
+_lib = torch.library.Library("specgraph", "DEF")
+for _name, _schema in SCHEMAS.items():
+    _lib.define(_schema)
+    # One implementation for every backend: the extension dispatches on the arena's device.
+    _lib.impl(_name, _IMPLS[_name], "CompositeExplicitAutograd")
+    torch.library.register_fake(f"specgraph::{_name}", _nothing, lib=_lib)
+
+# The overloads themselves: calling them skips the packet's overload resolution.
+OPS = SimpleNamespace(**{n: getattr(torch.ops.specgraph, n).default for n in SCHEMAS})
+# check_guards synchronises and returns nothing, so a compiled graph would drop it: under
+# torch.compile specgraph.check_guards runs eagerly instead (a graph break; an error with
+# fullgraph=True), after the compiled work before it.
+OPS.check_guards = torch._dynamo.disable(OPS.check_guards)
+ops._torch = OPS

@@ -1,0 +1,95 @@
+"""DraftConfig: the C++ draft_config, with the same fields and the same validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Optional, Sequence, Tuple
+
+from . import _ffi
+
+
+def _int(field: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{field}: expected an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{field}: expected an int, got {type(value).__name__}") from None
+
+
+def _ints(field: str, values: Sequence[Any]) -> Tuple[int, ...]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{field}: expected a sequence of ints, got {type(values).__name__}")
+    return tuple(_int(f"{field}[{i}]", v) for i, v in enumerate(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseConfig:
+    """Dual-chunk sparse attention settings (docs/metadata.md section 6)."""
+
+    heads: int
+    vertical_size: Tuple[int, ...]  # per head
+    slash_size: Tuple[int, ...]  # per head
+    max_keys: int  # the longest key range a stage sees
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", _int("sparse.heads", self.heads))
+        object.__setattr__(self, "vertical_size", _ints("sparse.vertical_size", self.vertical_size))
+        object.__setattr__(self, "slash_size", _ints("sparse.slash_size", self.slash_size))
+        object.__setattr__(self, "max_keys", _int("sparse.max_keys", self.max_keys))
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftConfig:
+    """What make_plan() sizes: the fields of the C++ specgraph::draft_config.
+
+    Validated on construction by the C++ validate() (ranges in docs/metadata.md section 8):
+    raises InvalidArgument naming the field ("topk", "buckets[3]", "sparse.vertical_size[1]"),
+    its value and the limit; a non-int raises TypeError. Host only; no device is touched.
+    """
+
+    max_batch: int  # largest real batch (requests) per round
+    topk: int  # draft branches per request
+    num_steps: int  # draft steps per round
+    page_size: int  # KV page size (tokens)
+    max_context_len: int  # columns of req_to_token
+    pool_rows: int  # rows of req_to_token (the request pool)
+    kv_slots: int  # KV pool size in slots; every slot id must be below it
+    # Strictly increasing, each <= max_batch, the last == max_batch; empty: default_buckets().
+    buckets: Tuple[int, ...] = ()
+    sparse: Optional[SparseConfig] = None
+    # Kernels also check the branch layout of real rows (docs/metadata.md section 3).
+    checked: bool = False
+    # Capture one whole-round graph per bucket too (DraftGraphs: a full round is one replay).
+    round_graphs: bool = False
+    # Device step counter / device-decided depth (docs/metadata.md section 10; C++ driver only).
+    device_steps: bool = False
+    device_depth: bool = False
+
+    def __post_init__(self) -> None:
+        for f in ("max_batch", "topk", "num_steps", "page_size", "max_context_len", "pool_rows",
+                  "kv_slots"):
+            object.__setattr__(self, f, _int(f, getattr(self, f)))
+        object.__setattr__(self, "buckets", _ints("buckets", self.buckets))
+        for f in ("checked", "round_graphs", "device_steps", "device_depth"):
+            if not isinstance(getattr(self, f), bool):
+                raise TypeError(f"{f}: expected a bool, got {type(getattr(self, f)).__name__}")
+        if self.sparse is not None and not isinstance(self.sparse, SparseConfig):
+            raise TypeError("sparse: expected SparseConfig or None, got "
+                            f"{type(self.sparse).__name__}")
+        object.__setattr__(self, "_plan", self._make())  # validates (the C++ make_plan)
+
+    def _make(self) -> Any:
+        s = self.sparse
+        return _ffi.make_plan(
+            self.max_batch, self.topk, self.num_steps, self.page_size, self.max_context_len,
+            self.pool_rows, self.kv_slots, list(self.buckets), self.checked, self.round_graphs,
+            self.device_steps, self.device_depth, s.heads if s else 0,
+            list(s.vertical_size) if s else [], list(s.slash_size) if s else [],
+            s.max_keys if s else 0)
+
+
+def default_buckets(max_batch: int) -> Tuple[int, ...]:
+    """The common bucket list up to max_batch (docs/metadata.md section 4)."""
+    return tuple(int(b) for b in _ffi.default_buckets(_int("max_batch", max_batch)))

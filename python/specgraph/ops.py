@@ -1,0 +1,220 @@
+"""The capture-safe ops over a plan's buffers (the C++ ops.hpp), for any framework.
+
+Each op checks its arguments on the host first and raises InvalidArgument naming the field with
+nothing written. Then it enqueues its kernels on the current stream of the arena's framework
+(torch.cuda.current_stream() for a torch CUDA arena; the legacy default stream for other
+frameworks unless wrapped in tvm_ffi.use_raw_stream) and returns without synchronising, so the
+same call runs eagerly or records into a capture under way on that stream (torch.cuda.graph).
+On CPU memory (numpy arrays, CPU tensors) the host executor runs the same kernels inline.
+
+When the arena is a torch tensor the ops go through torch.ops.specgraph.* (custom ops with fake
+implementations and mutates_args), so torch.compile and torch.profiler see them by name.
+
+| op                  | stream                 | synchronises | capture-safe |
+|---------------------|------------------------|--------------|--------------|
+| initialize_         | current                | no           | no           |
+| stage_              | current                | no           | yes (the batch is baked in) |
+| round_setup_        | current                | no           | yes          |
+| step_metadata_      | current                | no           | yes          |
+| step_metadata_device_, advance_step_ | current | no          | yes          |
+| sparse_stage_       | current                | no           | yes          |
+| count_violations_   | current                | no           | yes          |
+| read_guards, check_guards | current          | yes          | no           |
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple, Optional, Union
+
+from . import _ffi
+from .buffers import Buffers
+from .errors import InvalidArgument
+
+STAGE_KINDS = ("intra", "succ", "inter")
+
+_torch: Any = None  # specgraph._torch_ops once torch tensors are used (set by _torch_ops)
+
+
+class SparseStage(NamedTuple):
+    """One chunk stage of dual-chunk sparse attention (docs/metadata.md section 6)."""
+
+    kind: str  # "intra", "succ" or "inter"
+    prev: int  # chunk start
+    end: int  # keys seen (exclusive end of the chunk)
+    chunk_len: int
+    chunk_q_len: int
+
+
+class GuardWord(NamedTuple):
+    """One guard word read back (docs/metadata.md section 7); violations 0 means clean."""
+
+    word: int  # its index in the guards buffer
+    buffer: str  # the buffer it reports on, e.g. "expand.page_table"
+    step: Optional[int]  # None: all steps
+    violations: int  # recorded since the reset
+    kind: str  # "capacity", "layout", "bad input" ("none" when clean)
+    kernel: str
+    row: int
+    column: int
+    capacity: int  # the capacity, the expected value or the limit (by kind)
+    value: int
+
+    def describe(self) -> str:
+        kinds = {"none": 0, "capacity": 1, "layout": 2, "bad input": 3}
+        kernels = {"none": 0, "expand_page_table": 1, "prefix_metadata": 2, "sparse_fallback": 3,
+                   "sparse_stage": 4, "stage_inputs": 5}
+        return str(_ffi.describe_guard(self.violations, kinds.get(self.kind, 0),
+                                       kernels.get(self.kernel, 0), self.row, self.column,
+                                       self.capacity, self.value))
+
+
+def stage_kind(kind: Union[int, str]) -> int:
+    """0, 1, 2 for "intra", "succ", "inter" (ints pass through)."""
+    if isinstance(kind, str):
+        try:
+            return STAGE_KINDS.index(kind)
+        except ValueError:
+            raise InvalidArgument(f"kind: {kind!r} is not intra, succ or inter",
+                                  field="kind") from None
+    return int(kind)
+
+
+def initialize_(bufs: Buffers) -> None:
+    """Zeroes the arena and writes the init-once buffers. Current stream; no sync; NOT
+    capture-safe (copies the sparse sizes from host memory)."""
+    if bufs.handle:
+        _torch.initialize_(bufs.arena, bufs.handle)
+    else:
+        _ffi.initialize(bufs._obj, bufs.arena)
+
+
+def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
+           out_cache_loc: Any) -> int:
+    """Copies one round's inputs into the static inputs of the smallest bucket >= bs, writes the
+    real batch and resets the padded requests (seq_len 1, pool row 0, every slot 0). Returns
+    the bucket.
+
+    req_pool_indices, seq_lens: int32 or int64 with >= bs elements; out_cache_loc: int64 with
+    >= bs * topk * num_steps elements in [bs][topk][num_steps] order; all contiguous, on the
+    arena's device. One kernel on the current stream; no sync. Capture-safe, but a captured
+    stage is only valid for the batch it was captured with: stage eagerly before replaying.
+    Host memory: the contents are checked first too (InvalidArgument naming the element, e.g.
+    "seq_lens[3]", nothing written); device memory: by the kernels (bad_input guard words).
+    """
+    if bufs.handle:
+        _torch.stage_(bufs.arena, bufs.handle, bs, req_pool_indices, seq_lens, out_cache_loc)
+        return bufs.plan.bucket_for(bs)
+    return int(_ffi.stage(bufs._obj, bufs.arena, bs, req_pool_indices, seq_lens, out_cache_loc))
+
+
+def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any) -> None:
+    """The round's step-0 work for `bucket`: resets the guard words (all but staging's) and
+    computes the step-invariant prefix metadata (docs/metadata.md section 2).
+
+    req_to_token: int32 [>= pool_rows, max_context_len], contiguous, on the arena's device; a
+    captured graph bakes its address in, so it must not move while the graph exists. Current
+    stream; no sync; capture-safe.
+    """
+    if bufs.handle:
+        _torch.round_setup_(bufs.arena, bufs.handle, bucket, req_to_token)
+    else:
+        _ffi.round_setup(bufs._obj, bufs.arena, bucket, req_to_token)
+
+
+def step_metadata_(bufs: Buffers, bucket: int, step: int) -> None:
+    """Step `step`'s expand metadata for `bucket` (docs/metadata.md section 3): reads only the
+    first d = step + 1 slots of each out_cache_loc row into the d + 1 wide table
+    (slice-before-scatter). Current stream; no sync; capture-safe."""
+    if bufs.handle:
+        _torch.step_metadata_(bufs.arena, bufs.handle, bucket, step)
+    else:
+        _ffi.step_metadata(bufs._obj, bufs.arena, bucket, step)
+
+
+def step_metadata_device_(bufs: Buffers, bucket: int) -> None:
+    """device_steps mode (docs/metadata.md section 10): the expand metadata of whatever step the
+    device counter (bufs.device_step) is at: d = step + 1 slots read, d + 1 columns written of
+    the one shared table, the step's guard word. Current stream; no sync; capture-safe."""
+    if bufs.handle:
+        _torch.step_metadata_device_(bufs.arena, bufs.handle, bucket)
+    else:
+        _ffi.step_metadata_device(bufs._obj, bufs.arena, bucket)
+
+
+def advance_step_(bufs: Buffers) -> None:
+    """device_steps mode: advances the device step counter (the last node of a step graph, so the
+    next replay runs the next step). Staging resets it to 0. Current stream; no sync;
+    capture-safe."""
+    if bufs.handle:
+        _torch.advance_step_(bufs.arena, bufs.handle)
+    else:
+        _ffi.advance_step(bufs._obj, bufs.arena)
+
+
+def sparse_stage_(bufs: Buffers, stage: SparseStage) -> None:
+    """Stages the sparse selection (bufs.sparse_inputs()) for one chunk stage into that stage
+    kind's buffers, with the capacity-capped fallback (docs/metadata.md section 6). Current
+    stream; no sync; capture-safe."""
+    k = stage_kind(stage.kind)
+    if bufs.handle:
+        _torch.sparse_stage_(bufs.arena, bufs.handle, k, stage.prev, stage.end, stage.chunk_len,
+                             stage.chunk_q_len)
+    else:
+        _ffi.sparse_stage(bufs._obj, bufs.arena, k, stage.prev, stage.end, stage.chunk_len,
+                          stage.chunk_q_len)
+
+
+def sparse_stages(seq_len: int, chunk_len: int) -> List[SparseStage]:
+    """The stages of a sequence cut at chunk_len (= chunk_size - local_size). Host only."""
+    return [SparseStage(STAGE_KINDS[int(s[0])], int(s[1]), int(s[2]), int(s[3]), int(s[4]))
+            for s in _ffi.sparse_stages(seq_len, chunk_len)]
+
+
+def count_violations_(bufs: Buffers, out: Any) -> Any:
+    """Writes the total number of violations in all guard words to out[0] (int32, on the arena's
+    device): the check an engine can leave on in production, asserting on it asynchronously
+    (e.g. torch._assert_async(out[0] == 0)) or reading it when it synchronises anyway. Current
+    stream; no sync; capture-safe. Returns `out`."""
+    if bufs.handle:
+        _torch.count_violations_(bufs.arena, bufs.handle, out)
+    else:
+        _ffi.count_violations(bufs._obj, bufs.arena, out)
+    return out
+
+
+def read_guards(bufs: Buffers) -> List[GuardWord]:
+    """Every guard word, in index order. Synchronises the current stream; not during capture."""
+    words = _ffi.read_guards(bufs._obj, bufs.arena)
+    return [_guard_word(bufs, i, w) for i, w in enumerate(words)]
+
+
+def check_guards(bufs: Buffers, bucket: Optional[int] = None) -> None:
+    """Raises GuardViolation for the first set guard word, naming buffer, step, bucket (default:
+    the last staged one) and row; does nothing when all are clean. Synchronises the current
+    stream; not during capture. Under torch.compile it runs eagerly (a graph break): a compiled
+    graph would drop an op that returns nothing."""
+    if bufs.handle:
+        _torch.check_guards(bufs.arena, bufs.handle, bucket or 0)
+    else:
+        _ffi.check_guards(bufs._obj, bufs.arena, bucket or 0)
+
+
+_KINDS = ("none", "capacity", "layout", "bad input")
+_KERNELS = ("none", "expand_page_table", "prefix_metadata", "sparse_fallback", "sparse_stage",
+            "stage_inputs")
+
+
+def _guard_word(bufs: Buffers, index: int, w: Any) -> GuardWord:
+    n = bufs.plan.config.num_steps
+    if index == 0:
+        buffer, step = "input (staging)", None
+    elif index == 1:
+        buffer, step = "prefix.page_table", None
+    elif index < 2 + n:
+        buffer, step = "expand.page_table", index - 2
+    else:
+        buffer, step = "sparse." + STAGE_KINDS[index - 2 - n], None
+    violations, kind, kernel, row, column, capacity, value = (int(x) for x in w)
+    name = _KINDS[kind] if 0 <= kind < len(_KINDS) else str(kind)
+    kname = _KERNELS[kernel] if 0 <= kernel < len(_KERNELS) else str(kernel)
+    return GuardWord(index, buffer, step, violations, name, kname, row, column, capacity, value)

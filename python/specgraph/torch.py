@@ -1,0 +1,307 @@
+"""DraftGraphs: a pure-Python capture driver over torch.cuda.graph.
+
+    graphs = specgraph.torch.DraftGraphs(bufs, forward, req_to_token=req_to_token,
+                                         pool=torch.cuda.graph_pool_handle(),
+                                         before_capture=lambda bucket, step: tp_barrier())
+    report = graphs.capture()          # graph(B, s) for every bucket (largest first) and step
+    per round:
+        graphs.stage_(bs, req_pool_indices, seq_lens, out_cache_loc)   # eager, current stream
+        graphs.run_round(depth)        # replay steps 0..depth-1 on the current stream
+
+graph(B, s) = [round_setup_ (step 0 only)] + [step_metadata_(s)] + [forward(view(B, s))], the same
+sequence the C++ draft_runtime captures; with round_graphs a whole round is one more graph per
+bucket. With a device step counter (DraftConfig(device_steps=True), docs/metadata.md section 10)
+one graph per bucket holds one step, [round_setup_ (runs on the device at step 0 only)] +
+[step_metadata_device_] + [forward(view(B, 0))] + [advance_step_], replayed depth times: the
+forward reads the step from view.device_step. torch.cuda.graph records no conditional WHILE node,
+so the device-decided depth (device_depth) needs the C++ driver (draft_runtime) and a C++
+forward; DraftGraphs refuses it by name. The forward is the engine's: it reads the static buffers through the StepView it is
+given and must only enqueue work on the current stream (it runs inside torch.cuda.graph).
+
+On a CPU arena (no CUDA) nothing is captured: run_round runs the same sequence eagerly, so the
+driver's logic is usable and testable without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence,
+                    Tuple)
+
+import torch
+
+from . import _env
+from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
+from .buffers import Buffers, StepView
+from .errors import CaptureFailed, GuardViolation, InvalidArgument
+from .ops import (advance_step_, check_guards, count_violations_, round_setup_, stage_,
+                  step_metadata_, step_metadata_device_)
+
+logger = logging.getLogger("specgraph")
+
+ROUND = -1  # the step of a whole-round graph in reports
+
+Forward = Callable[[StepView], None]
+
+
+class GraphTiming(NamedTuple):
+    bucket: int
+    step: int  # ROUND (-1) for a whole-round graph
+    seconds: float  # warmups excluded: the capture itself
+
+
+class CaptureReport(NamedTuple):
+    graphs: int
+    seconds: float  # the whole capture(), warmups and barriers included
+    per_graph: List[GraphTiming]  # in capture order (largest bucket first)
+    pool_bytes: int  # the graph pool's segments in torch's allocator after capture
+    arena_bytes: int
+    mode: str  # "cuda_graph", or "eager" on a CPU arena
+
+    def line(self) -> str:
+        """The one log line per capture: parseable, fixed format."""
+        return (f"specgraph capture: {self.graphs} graphs in {self.seconds:.3f} s, "
+                f"pool {self.pool_bytes / (1 << 20):.1f} MiB, arena {self.arena_bytes} bytes")
+
+
+def _pool_bytes(pool: Any, device: torch.device) -> Optional[int]:
+    """Bytes of the segments torch's allocator holds for graph pool `pool` on `device`."""
+    try:
+        segments = torch.cuda.memory_snapshot(mempool_id=pool, include_traces=False)
+    except Exception:  # older torch: no per-pool snapshot
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return sum(int(s.get("total_size", 0)) for s in segments if s.get("device", index) == index)
+
+
+class DraftGraphs:
+    """Captures and replays the draft steps of every bucket with torch.cuda.graph.
+
+    bufs: Buffers over a torch arena. forward(view): the engine's step forward. req_to_token:
+    int32 [pool_rows, max_context_len] on the arena's device; must not move while the graphs
+    exist. buckets: a subset of plan.buckets to capture (default all). pool: a graph memory pool
+    handle to share (torch.cuda.graph_pool_handle(); default a new one for these graphs).
+    stream: the capture stream (default a new side stream). warmups: eager runs of each graph's
+    work on the capture stream before capturing it. before_capture(bucket, step): called right
+    before each capture (step ROUND for a round graph), e.g. the engine's TP barrier.
+    round_graphs: also capture a whole-round graph per bucket (default plan.config.round_graphs).
+    checked: "off", "async" or "sync" (default SPECGRAPH_CHECKED): the guard check after each
+    round (see specgraph._env). capture_error_mode: passed to torch.cuda.graph.
+    """
+
+    def __init__(self, bufs: Buffers, forward: Forward, *, req_to_token: torch.Tensor,
+                 buckets: Optional[Sequence[int]] = None, pool: Any = None,
+                 stream: Optional[torch.cuda.Stream] = None, warmups: int = 2,
+                 before_capture: Optional[Callable[[int, int], None]] = None,
+                 round_graphs: Optional[bool] = None, checked: Optional[str] = None,
+                 capture_error_mode: str = "global") -> None:
+        if not isinstance(bufs, Buffers) or bufs.framework != "torch":
+            raise InvalidArgument("bufs: DraftGraphs needs Buffers over a torch arena",
+                                  field="bufs")
+        self.bufs = bufs
+        self.plan = bufs.plan
+        self.forward = forward
+        self.req_to_token = req_to_token
+        self.buckets: Tuple[int, ...] = tuple(sorted(buckets or self.plan.buckets, reverse=True))
+        for b in self.buckets:
+            if b not in self.plan.buckets:
+                raise InvalidArgument(f"buckets: {b} is not one of the planned buckets",
+                                      field="buckets")
+        self.device: torch.device = bufs.arena.device
+        self.mode = "cuda_graph" if self.device.type == "cuda" else "eager"
+        self.pool = pool
+        self.stream = stream
+        self.warmups = int(warmups)
+        self.before_capture = before_capture
+        self.round_graphs = self.plan.config.round_graphs if round_graphs is None else round_graphs
+        self.device_steps = self.plan.config.device_steps
+        if self.plan.config.device_depth:
+            raise InvalidArgument(
+                "device_depth: torch.cuda.graph records no conditional WHILE node; the "
+                "device-decided depth needs specgraph's C++ driver (draft_runtime)",
+                field="device_depth")
+        if self.device_steps and self.round_graphs:
+            raise InvalidArgument("round_graphs: not with a device step counter",
+                                  field="round_graphs")
+        self.checked = _env.CHECKED if checked is None else checked
+        if self.checked not in _env.CHECKED_MODES:
+            raise InvalidArgument(f"checked: {self.checked!r} is not off, async or sync",
+                                  field="checked")
+        self.capture_error_mode = capture_error_mode
+        self.report: Optional[CaptureReport] = None
+        self._graphs: Dict[Tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.bucket = 0  # of the last stage_()
+        self.batch = 0
+        self._next_step = 0
+        # async checking: the count on the device, its pinned host copy and the copy's event.
+        self._flag = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self._host_flag = torch.zeros(1, dtype=torch.int32, pin_memory=self.mode == "cuda_graph")
+        self._flag_event = torch.cuda.Event() if self.mode == "cuda_graph" else None
+        self._flag_pending = False
+        self._flag_bucket = 0
+
+    # ---- capture ---------------------------------------------------------------------------
+    def _record(self, bucket: int, step: int) -> None:
+        if self.device_steps:  # one body for every step: the step is the device counter's
+            round_setup_(self.bufs, bucket, self.req_to_token)
+            step_metadata_device_(self.bufs, bucket)
+            self.forward(self.bufs.view(bucket, 0))
+            advance_step_(self.bufs)
+            return
+        steps = range(self.plan.config.num_steps) if step == ROUND else (step,)
+        for s in steps:
+            if s == 0:
+                round_setup_(self.bufs, bucket, self.req_to_token)
+            step_metadata_(self.bufs, bucket, s)
+            self.forward(self.bufs.view(bucket, s))
+
+    def _graph_keys(self) -> List[Tuple[int, int]]:
+        if self.device_steps:
+            return [(b, 0) for b in self.buckets]
+        steps = list(range(self.plan.config.num_steps)) + ([ROUND] if self.round_graphs else [])
+        return [(b, s) for b in self.buckets for s in steps]
+
+    def capture(self) -> CaptureReport:
+        """Captures every graph: per bucket (largest first) and step, warmups on the capture
+        stream, before_capture, then torch.cuda.graph into the shared pool. Raises CaptureFailed
+        naming (bucket, step) when the forward raises or does something capture forbids.
+        Synchronises; not during another capture. Logs one line (CaptureReport.line())."""
+        start = time.perf_counter()
+        timings: List[GraphTiming] = []
+        pool_bytes = 0
+        if self.mode == "cuda_graph":
+            torch.cuda.synchronize(self.device)
+            reserved = torch.cuda.memory_stats(self.device).get("reserved_bytes.all.current", 0)
+            stream = self.stream or torch.cuda.Stream(self.device)
+            pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
+            self.pool = pool
+            for bucket, step in self._graph_keys():
+                if self.warmups:
+                    stream.wait_stream(torch.cuda.current_stream(self.device))
+                    with torch.cuda.stream(stream), self._failing(bucket, step, "warmup"):
+                        for _ in range(self.warmups):
+                            self._record(bucket, step)
+                    torch.cuda.current_stream(self.device).wait_stream(stream)
+                if self.before_capture is not None:
+                    self.before_capture(bucket, step)
+                g = torch.cuda.CUDAGraph()
+                t0 = time.perf_counter()
+                with self._failing(bucket, step, "capture"):
+                    with torch.cuda.graph(g, pool=pool, stream=stream,
+                                          capture_error_mode=self.capture_error_mode):
+                        self._record(bucket, step)
+                timings.append(GraphTiming(bucket, step, time.perf_counter() - t0))
+                self._graphs[(bucket, step)] = g
+            torch.cuda.synchronize(self.device)
+            in_pool = _pool_bytes(pool, self.device)
+            # Without a per-pool snapshot: the growth of reserved memory.
+            pool_bytes = in_pool if in_pool is not None else (
+                torch.cuda.memory_stats(self.device).get("reserved_bytes.all.current", 0)
+                - reserved)
+        self.report = CaptureReport(len(self._graphs), time.perf_counter() - start, timings,
+                                    max(pool_bytes, 0), self.plan.total_bytes, self.mode)
+        logger.info(self.report.line())
+        return self.report
+
+    @contextlib.contextmanager
+    def _failing(self, bucket: int, step: int, what: str) -> Iterator[None]:
+        """Turns any exception into CaptureFailed naming (bucket, step)."""
+        try:
+            yield
+        except CaptureFailed:
+            raise
+        except Exception as e:
+            where = "the round graph" if step == ROUND else f"step {step}"
+            raise CaptureFailed(f"{what} of bucket {bucket}, {where} failed: "
+                                f"{type(e).__name__}: {e}", bucket=bucket, step=step) from e
+
+    @property
+    def captured(self) -> bool:
+        return self.report is not None
+
+    def can_run(self, bs: int) -> bool:
+        """Whether a round of bs requests has a captured graph (bs within a captured bucket)."""
+        if not self.captured or not 1 <= bs <= self.plan.max_bucket:
+            return False
+        return self.plan.bucket_for(bs) in self.buckets
+
+    # ---- per round -------------------------------------------------------------------------
+    def stage_(self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+               out_cache_loc: torch.Tensor) -> int:
+        """specgraph.stage_ for the next round, eagerly on the current stream; returns the
+        bucket. No sync; not for use inside a capture."""
+        if not self.can_run(bs):
+            raise InvalidArgument(f"bs: {bs} has no captured bucket (captured: "
+                                  f"{list(self.buckets)}; capture() first)", field="bs")
+        self.bucket = stage_(self.bufs, bs, req_pool_indices, seq_lens, out_cache_loc)
+        self.batch = bs
+        self._next_step = 0
+        return self.bucket
+
+    def replay(self, step: int) -> None:
+        """Replays graph(staged bucket, step) on the current stream. Steps run in order 0, 1, ...
+        after each stage_() (step 0 again restarts the round). Never allocates or syncs."""
+        if self.bucket == 0:
+            raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
+        # Step 0 may restart a round, except with a device step counter (only staging resets it).
+        if step != self._next_step and (step != 0 or self.device_steps):
+            raise InvalidArgument(f"step: {step} out of order (expected {self._next_step})",
+                                  field="step")
+        if self.mode == "cuda_graph":
+            self._graphs[(self.bucket, 0 if self.device_steps else step)].replay()
+        else:
+            self._record(self.bucket, step)
+        self._next_step = step + 1
+
+    def run_round(self, depth: Optional[int] = None) -> None:
+        """Replays steps 0..depth-1 (default every step; fewer is adaptive speculation): one
+        launch of the round graph when round_graphs and depth == num_steps, else one per step.
+        Then the guard check of `checked`: sync reads the guard words back (a synchronisation)
+        and raises GuardViolation naming buffer, step, bucket and row; async raises, at a later
+        run_round or poll(), once a non-syncing count of an earlier round has landed non-zero."""
+        n = self.plan.config.num_steps
+        depth = n if depth is None else depth
+        if not 1 <= depth <= n:
+            raise InvalidArgument(f"depth: {depth} is outside [1, num_steps {n}]", field="depth")
+        if self.checked == "async":
+            self.poll()
+        if self.round_graphs and depth == n and self.mode == "cuda_graph":
+            if self.bucket == 0:
+                raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
+            self._graphs[(self.bucket, ROUND)].replay()
+            self._next_step = n
+        else:
+            for s in range(depth):
+                self.replay(s)
+        if self.checked == "sync":
+            check_guards(self.bufs, self.bucket)
+        elif self.checked == "async":
+            count_violations_(self.bufs, self._flag)
+            self._host_flag.copy_(self._flag, non_blocking=True)
+            if self._flag_event is not None:
+                self._flag_event.record()
+            self._flag_pending = True
+            self._flag_bucket = self.bucket
+
+    def poll(self) -> None:
+        """async mode: raises GuardViolation if the count of an earlier round has landed and is
+        non-zero. Never waits."""
+        if not self._flag_pending:
+            return
+        if self._flag_event is not None and not self._flag_event.query():
+            return
+        self._flag_pending = False
+        count = int(self._host_flag[0])
+        if count:
+            raise GuardViolation(
+                f"{count} guard violation(s) in an earlier round (bucket {self._flag_bucket}); "
+                "SPECGRAPH_CHECKED=sync or specgraph.check_guards() names buffer, step and row",
+                violations=count, bucket=self._flag_bucket)
+
+    @property
+    def violations(self) -> torch.Tensor:
+        """int32 [1] on the device: the count of the last async check (assert on it yourself,
+        e.g. torch._assert_async(graphs.violations[0] == 0))."""
+        return self._flag

@@ -1,0 +1,142 @@
+// Internal to the Python extension: the FFI objects, error translation and tensor checks shared by
+// bindings.cpp (plans, reports, host metadata) and ops.cpp (buffers and the capture-safe ops).
+//
+// The extension is a plain shared library loaded by tvm_ffi.load_module (not a CPython module):
+// every function is registered as a tvm-ffi global "specgraph.<name>" and called from
+// python/specgraph through tvm_ffi.init_ffi_api. Tensors arrive through DLPack (numpy, torch and
+// any framework with __dlpack__); for a torch CUDA tensor argument tvm-ffi sets the environment
+// stream to torch's current stream for the duration of the call, which is the stream the ops use.
+#pragma once
+
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/object.h>
+#include <tvm/ffi/string.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "specgraph/buffers.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/executor.hpp"
+#include "specgraph/plan.hpp"
+
+namespace specgraph::python {
+
+namespace ffi = tvm::ffi;
+using ffi_map = ffi::Map<ffi::String, ffi::Any>;
+
+// ---- errors ---------------------------------------------------------------------------------
+// Error kinds thrown to Python; python/specgraph/errors.py registers one class per kind
+// (tvm_ffi.register_error). Structured attributes travel in the error's extra_context.
+inline constexpr const char* kind_invalid_argument = "specgraph.InvalidArgument";
+inline constexpr const char* kind_guard_violation = "specgraph.GuardViolation";
+inline constexpr const char* kind_capture_failed = "specgraph.CaptureFailed";
+inline constexpr const char* kind_cuda_error = "specgraph.CudaError";
+inline constexpr const char* kind_error = "specgraph.SpecgraphError";
+
+[[noreturn]] void throw_kind(const char* kind, const std::string& message, ffi_map context = {});
+// Inside catch (...): rethrows the current exception as the ffi::Error of its Python class, the
+// message intact. ffi::Error passes through unchanged.
+[[noreturn]] void translate_current_exception();
+
+// checked<&fn>::call has fn's signature and translates every exception fn throws.
+template <auto Fn>
+struct checked;
+template <typename R, typename... Args, R (*Fn)(Args...)>
+struct checked<Fn> {
+  static R call(Args... args) {
+    try {
+      return Fn(std::forward<Args>(args)...);
+    } catch (...) {
+      translate_current_exception();
+    }
+  }
+};
+
+// ---- tensors --------------------------------------------------------------------------------
+// The first element's address (data + byte_offset).
+inline void* address_of(const ffi::TensorView& t) {
+  return static_cast<unsigned char*>(t.data_ptr()) + t.byte_offset();
+}
+// v as int32; throws invalid_argument naming `field` when it does not fit.
+std::int32_t int32_arg(const char* field, std::int64_t v);
+enum class int_kind { int32, int64, int32_or_int64 };
+// Throws invalid_argument naming `field` unless t is contiguous, on `device`, of the dtype asked
+// for, with at least `min_elements` elements. Returns whether it is int64.
+bool check_int_tensor(const char* field, const ffi::TensorView& t, int_kind kind,
+                      std::int64_t min_elements, DLDevice device);
+std::string describe_dtype(DLDataType t);
+std::string describe_device(DLDevice d);
+
+// ---- objects --------------------------------------------------------------------------------
+// A plan: immutable after make_plan, shared by every Buffers made from it.
+class plan_obj : public ffi::Object {
+ public:
+  std::shared_ptr<const specgraph::plan> plan;
+  static constexpr bool _type_mutable = false;
+  TVM_FFI_DECLARE_OBJECT_INFO_FINAL("specgraph.Plan", plan_obj, ffi::Object);
+};
+class plan_ref : public ffi::ObjectRef {
+ public:
+  explicit plan_ref(ffi::ObjectPtr<plan_obj> n) : ffi::ObjectRef(std::move(n)) {}
+  TVM_FFI_DEFINE_OBJECT_REF_METHODS_NOTNULLABLE(plan_ref, ffi::ObjectRef, plan_obj);
+};
+
+// Buffers over a caller's arena: keeps the plan and the arena tensor alive, remembers the bucket
+// of the last stage (the default bucket check_guards reports).
+class buffers_obj : public ffi::Object {
+ public:
+  std::shared_ptr<const specgraph::plan> plan;
+  ffi::Tensor arena;  // a reference: the memory cannot go away under the views or the graphs
+  specgraph::draft_buffers buffers;
+  DLDevice device{kDLCPU, 0};
+  std::int32_t staged_bucket = 0;
+  static constexpr bool _type_mutable = true;
+  TVM_FFI_DECLARE_OBJECT_INFO_FINAL("specgraph.Buffers", buffers_obj, ffi::Object);
+};
+class buffers_ref : public ffi::ObjectRef {
+ public:
+  explicit buffers_ref(ffi::ObjectPtr<buffers_obj> n) : ffi::ObjectRef(std::move(n)) {}
+  TVM_FFI_DEFINE_OBJECT_REF_METHODS_NOTNULLABLE(buffers_ref, ffi::ObjectRef, buffers_obj);
+};
+
+// ---- executors --------------------------------------------------------------------------------
+// The executor for work on `device`: the host executor for CPU memory; for CUDA memory a cuda
+// executor over the environment stream of that device (torch's current stream when a torch
+// tensor is an argument), cached per (device, stream) so a call creates nothing.
+specgraph::executor& executor_for(DLDevice device);
+
+// ---- NVTX -------------------------------------------------------------------------------------
+// A range in the "specgraph" NVTX domain around one op, when enabled (SPECGRAPH_NVTX, read once
+// by the Python package). Costs one branch when disabled; nothing without NVTX headers.
+enum class op_id : int {
+  stage,
+  round_setup,
+  step_metadata,
+  sparse_stage,
+  count_violations,
+  check_guards,
+  initialize,
+  step_metadata_device,
+  advance_step,
+  count
+};
+void set_nvtx_enabled(bool on);
+class op_range {
+ public:
+  explicit op_range(op_id id);
+  ~op_range();
+  op_range(const op_range&) = delete;
+  op_range& operator=(const op_range&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
+}  // namespace specgraph::python

@@ -1,0 +1,156 @@
+// The Python extension's plan side: a draft_config from Python values, plans, their layout and
+// reports. The ops over buffers are in ops.cpp; host-side helpers in host.cpp.
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/reflection/registry.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "python/src/binding.hpp"
+#include "specgraph/plan.hpp"
+
+namespace specgraph::python {
+namespace {
+
+std::vector<std::int32_t> int32_list(const std::string& field, const ffi::Array<std::int64_t>& a) {
+  std::vector<std::int32_t> out;
+  out.reserve(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    out.push_back(int32_arg((field + "[" + std::to_string(i) + "]").c_str(), a[i]));
+  }
+  return out;
+}
+
+template <class T>
+ffi::Array<std::int64_t> int64_array(const std::vector<T>& v) {
+  ffi::Array<std::int64_t> out;
+  out.reserve(static_cast<std::int64_t>(v.size()));
+  for (const T x : v) out.push_back(static_cast<std::int64_t>(x));
+  return out;
+}
+
+// The draft_config fields in declaration order; sparse_heads 0 means no sparse settings.
+plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_steps,
+                   std::int64_t page_size, std::int64_t max_context_len, std::int64_t pool_rows,
+                   std::int64_t kv_slots, ffi::Array<std::int64_t> buckets, bool checked,
+                   bool round_graphs, bool device_steps, bool device_depth,
+                   std::int64_t sparse_heads, ffi::Array<std::int64_t> vertical_size,
+                   ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys) {
+  draft_config c;
+  c.max_batch = int32_arg("max_batch", max_batch);
+  c.topk = int32_arg("topk", topk);
+  c.num_steps = int32_arg("num_steps", num_steps);
+  c.page_size = int32_arg("page_size", page_size);
+  c.max_context_len = int32_arg("max_context_len", max_context_len);
+  c.pool_rows = int32_arg("pool_rows", pool_rows);
+  c.kv_slots = kv_slots;
+  c.buckets = int32_list("buckets", buckets);
+  c.checked = checked;
+  c.round_graphs = round_graphs;
+  c.device_steps = device_steps;
+  c.device_depth = device_depth;
+  if (sparse_heads != 0) {
+    sparse_config s;
+    s.heads = int32_arg("sparse.heads", sparse_heads);
+    s.vertical_size = int32_list("sparse.vertical_size", vertical_size);
+    s.slash_size = int32_list("sparse.slash_size", slash_size);
+    s.max_keys = int32_arg("sparse.max_keys", sparse_max_keys);
+    c.sparse = std::move(s);
+  }
+  auto n = ffi::make_object<plan_obj>();
+  n->plan = std::make_shared<const plan>(specgraph::make_plan(c));
+  return plan_ref(n);
+}
+
+ffi::Array<std::int64_t> default_buckets(std::int64_t max_batch) {
+  return int64_array(specgraph::default_buckets(int32_arg("max_batch", max_batch)));
+}
+
+std::int64_t bucket_for(plan_ref p, std::int64_t batch) {
+  return p->plan->bucket_for(int32_arg("batch", batch));
+}
+
+// Everything Python caches about a plan, read once: the buffers as lists [name, step, shape,
+// dtype, capacity, offset, bytes, alignment], the typed layout, the sizes and both reports.
+ffi_map plan_info(plan_ref ref) {
+  const plan& p = *ref->plan;
+  const plan_layout& l = p.layout;
+  ffi::Array<ffi::Any> buffers;
+  for (const buffer_spec& b : p.buffers) {
+    buffers.push_back(ffi::Array<ffi::Any>{
+        ffi::String(b.name), static_cast<std::int64_t>(b.step),
+        ffi::Array<std::int64_t>(b.shape.begin(), b.shape.end()), ffi::String(to_string(b.type)),
+        b.capacity, static_cast<std::int64_t>(b.offset), static_cast<std::int64_t>(b.bytes),
+        static_cast<std::int64_t>(b.alignment)});
+  }
+  ffi::Array<ffi::Any> stages;
+  for (const auto& s : l.sparse_stage) {
+    stages.push_back(ffi_map{{"vertical", static_cast<std::int64_t>(s.vertical)},
+                             {"vertical_count", static_cast<std::int64_t>(s.vertical_count)},
+                             {"slash", static_cast<std::int64_t>(s.slash)},
+                             {"slash_count", static_cast<std::int64_t>(s.slash_count)},
+                             {"vertical_capacity", static_cast<std::int64_t>(s.vertical_capacity)},
+                             {"slash_capacity", static_cast<std::int64_t>(s.slash_capacity)}});
+  }
+  const auto& si = l.sparse_in;
+  ffi_map layout{
+      {"real_batch", static_cast<std::int64_t>(l.real_batch)},
+      {"device_step", static_cast<std::int64_t>(l.device_step)},
+      {"max_depth", static_cast<std::int64_t>(l.max_depth)},
+      {"min_confidence", static_cast<std::int64_t>(l.min_confidence)},
+      {"req_pool_index", static_cast<std::int64_t>(l.req_pool_index)},
+      {"seq_len", static_cast<std::int64_t>(l.seq_len)},
+      {"out_cache_loc", static_cast<std::int64_t>(l.out_cache_loc)},
+      {"last_page_len", static_cast<std::int64_t>(l.last_page_len)},
+      {"prefix_seqlen", static_cast<std::int64_t>(l.prefix_seqlen)},
+      {"prefix_page_table", static_cast<std::int64_t>(l.prefix_page_table)},
+      {"prefix_capacity", static_cast<std::int64_t>(l.prefix_capacity)},
+      {"cu_seqlens_q", static_cast<std::int64_t>(l.cu_seqlens_q)},
+      {"prefix_refused", static_cast<std::int64_t>(l.prefix_refused)},
+      {"expand_page_table", int64_array(l.expand_page_table)},
+      {"expand_stride", int64_array(l.expand_stride)},
+      {"expand_cache_seqlen", int64_array(l.expand_cache_seqlen)},
+      {"confidence", static_cast<std::int64_t>(l.confidence)},
+      {"guards", static_cast<std::int64_t>(l.guards)},
+      {"guard_count", static_cast<std::int64_t>(l.guard_count)},
+      {"sparse_vertical", static_cast<std::int64_t>(si.vertical)},
+      {"sparse_vertical_count", static_cast<std::int64_t>(si.vertical_count)},
+      {"sparse_vertical_size", static_cast<std::int64_t>(si.vertical_size)},
+      {"sparse_slash", static_cast<std::int64_t>(si.slash)},
+      {"sparse_slash_count", static_cast<std::int64_t>(si.slash_count)},
+      {"sparse_slash_size", static_cast<std::int64_t>(si.slash_size)},
+      {"sparse_vertical_stride", static_cast<std::int64_t>(si.vertical_stride)},
+      {"sparse_slash_stride", static_cast<std::int64_t>(si.slash_stride)},
+      {"sparse_stages", stages},
+  };
+  return ffi_map{
+      {"buffers", buffers},
+      {"buckets", int64_array(p.config.buckets)},
+      {"total_bytes", static_cast<std::int64_t>(p.total_bytes)},
+      {"today", ffi::Array<std::int64_t>{static_cast<std::int64_t>(p.today.prefix_table_bytes),
+                                         static_cast<std::int64_t>(p.today.expand_table_bytes),
+                                         static_cast<std::int64_t>(p.today.total_bytes)}},
+      {"prefix_table_bytes", static_cast<std::int64_t>(p.our_prefix_table_bytes)},
+      {"expand_table_bytes", static_cast<std::int64_t>(p.our_expand_table_bytes)},
+      {"layout", layout},
+      {"report_text", ffi::String(p.report_text())},
+      {"report_json", ffi::String(p.report_json())},
+  };
+}
+
+}  // namespace
+
+TVM_FFI_STATIC_INIT_BLOCK() {
+  namespace refl = tvm::ffi::reflection;
+  refl::ObjectDef<plan_obj>();
+  refl::GlobalDef()
+      .def("specgraph.make_plan", checked<&make_plan>::call)
+      .def("specgraph.default_buckets", checked<&default_buckets>::call)
+      .def("specgraph.bucket_for", checked<&bucket_for>::call)
+      .def("specgraph.plan_info", checked<&plan_info>::call);
+}
+
+}  // namespace specgraph::python

@@ -1,0 +1,258 @@
+// The Python extension's ops: buffers over a caller's arena and the capture-safe operations of
+// ops.hpp. Every op receives the arena tensor as an argument, so that tvm-ffi sets the
+// environment stream of a torch CUDA arena (torch's current stream) for the call: that is the
+// stream the op enqueues on. On CPU memory the host executor runs the same kernels inline.
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/reflection/registry.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "python/src/binding.hpp"
+#include "specgraph/guard.hpp"
+#include "specgraph/ops.hpp"
+
+namespace specgraph::python {
+namespace {
+
+bool same_device(DLDevice a, DLDevice b) {
+  return a.device_type == b.device_type && a.device_id == b.device_id;
+}
+
+// The buffers over the op's arena argument: normally the arena the buffers were made over; under
+// torch.compile's functionalization it may be a copy of it (written, then copied back), so any
+// arena of the plan's size on the same device is accepted, each call over its own address.
+draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView& arena) {
+  void* base = address_of(arena);
+  if (base == static_cast<void*>(b->buffers.base())) return b->buffers;
+  const DLDataType dt = arena.dtype();
+  SPECGRAPH_EXPECTS(arena.ndim() == 1 && dt.code == kDLUInt && dt.bits == 8 && dt.lanes == 1 &&
+                        arena.IsContiguous() &&
+                        arena.size(0) >= static_cast<std::int64_t>(b->plan->total_bytes),
+                    "arena", "expected a contiguous 1-D uint8 tensor of the plan's size");
+  SPECGRAPH_EXPECTS(same_device(arena.device(), b->device), "arena",
+                    "on " + describe_device(arena.device()) + ", but the buffers are on " +
+                        describe_device(b->device));
+  return draft_buffers(*b->plan, base);
+}
+
+buffers_ref make_buffers(plan_ref p, ffi::Tensor arena, bool initialize) {
+  const DLDataType dt = arena.dtype();
+  SPECGRAPH_EXPECTS(arena.ndim() == 1 && dt.code == kDLUInt && dt.bits == 8 && dt.lanes == 1,
+                    "arena",
+                    "expected a 1-D uint8 tensor, got " + std::to_string(arena.ndim()) + "-D " +
+                        describe_dtype(dt));
+  SPECGRAPH_EXPECTS(arena.IsContiguous(), "arena", "not contiguous");
+  const auto bytes = static_cast<std::int64_t>(p->plan->total_bytes);
+  SPECGRAPH_EXPECTS(
+      arena.size(0) >= bytes, "arena",
+      std::to_string(arena.size(0)) + " bytes, the plan needs " + std::to_string(bytes));
+  const DLDevice d = arena.device();
+  SPECGRAPH_EXPECTS(d.device_type == kDLCPU || d.device_type == kDLCUDA, "arena",
+                    "on " + describe_device(d) + ": specgraph runs on cpu or cuda memory");
+  auto n = ffi::make_object<buffers_obj>();
+  n->plan = p->plan;
+  n->arena = arena;
+  n->device = d;
+  n->buffers = draft_buffers(*n->plan, address_of(ffi::TensorView(arena)));  // checks alignment
+  if (initialize) {
+    op_range r(op_id::initialize);
+    initialize_buffers(executor_for(d), n->buffers);
+  }
+  return buffers_ref(n);
+}
+
+void initialize(buffers_ref b, ffi::TensorView arena) {
+  op_range r(op_id::initialize);
+  initialize_buffers(executor_for(b->device), buffers_of(b, arena));
+}
+
+std::int64_t load(const ffi::TensorView& t, bool is64, std::int64_t i) {
+  return is64 ? static_cast<const std::int64_t*>(address_of(t))[i]
+              : static_cast<const std::int32_t*>(address_of(t))[i];
+}
+
+// Host memory can be read here: check the contents as draft_runtime::stage() does, naming the
+// element, before anything is written (docs/metadata.md section 4).
+void check_host_contents(const draft_config& c, std::int32_t batch, const ffi::TensorView& pool,
+                         bool pool64, const ffi::TensorView& seq, bool seq64,
+                         const ffi::TensorView& slots) {
+  for (std::int32_t i = 0; i < batch; ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    const std::int64_t row = load(pool, pool64, i);
+    SPECGRAPH_EXPECTS(
+        row >= 0 && row < c.pool_rows, "req_pool_indices" + at,
+        std::to_string(row) + " is outside [0, pool_rows " + std::to_string(c.pool_rows) + ")");
+    const std::int64_t len = load(seq, seq64, i);
+    SPECGRAPH_EXPECTS(len >= 1 && len <= c.max_context_len, "seq_lens" + at,
+                      std::to_string(len) + " is outside [1, max_context_len " +
+                          std::to_string(c.max_context_len) + "]");
+  }
+  const auto* s = static_cast<const std::int64_t*>(address_of(slots));
+  const std::int64_t per_request = static_cast<std::int64_t>(c.topk) * c.num_steps;
+  for (std::int64_t i = 0; i < batch * per_request; ++i) {
+    if (s[i] >= 0 && s[i] < c.kv_slots) continue;
+    const std::int64_t row = i / c.num_steps;
+    SPECGRAPH_EXPECTS(
+        false,
+        "out_cache_loc[" + std::to_string(row / c.topk) + "][" + std::to_string(row % c.topk) +
+            "][" + std::to_string(i % c.num_steps) + "]",
+        std::to_string(s[i]) + " is outside [0, kv_slots " + std::to_string(c.kv_slots) + ")");
+  }
+}
+
+std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
+                   ffi::TensorView req_pool_indices, ffi::TensorView seq_lens,
+                   ffi::TensorView out_cache_loc) {
+  op_range r(op_id::stage);
+  const draft_buffers bufs = buffers_of(b, arena);
+  const draft_config& c = b->plan->config;
+  SPECGRAPH_EXPECTS(
+      batch >= 1 && batch <= c.max_batch, "bs",
+      std::to_string(batch) + " is outside [1, max_batch " + std::to_string(c.max_batch) + "]");
+  const bool pool64 = check_int_tensor("req_pool_indices", req_pool_indices,
+                                       int_kind::int32_or_int64, batch, b->device);
+  const bool seq64 =
+      check_int_tensor("seq_lens", seq_lens, int_kind::int32_or_int64, batch, b->device);
+  check_int_tensor("out_cache_loc", out_cache_loc, int_kind::int64,
+                   batch * c.topk * static_cast<std::int64_t>(c.num_steps), b->device);
+  const auto bs = static_cast<std::int32_t>(batch);
+  if (b->device.device_type == kDLCPU) {
+    check_host_contents(c, bs, req_pool_indices, pool64, seq_lens, seq64, out_cache_loc);
+  }
+  device_round_inputs in;
+  in.batch = bs;
+  in.req_pool_index =
+      pool64 ? index_array(static_cast<const std::int64_t*>(address_of(req_pool_indices)))
+             : index_array(static_cast<const std::int32_t*>(address_of(req_pool_indices)));
+  in.seq_len = seq64 ? index_array(static_cast<const std::int64_t*>(address_of(seq_lens)))
+                     : index_array(static_cast<const std::int32_t*>(address_of(seq_lens)));
+  in.out_cache_loc = static_cast<const std::int64_t*>(address_of(out_cache_loc));
+  const std::int32_t bucket = stage_round(executor_for(b->device), bufs, in);
+  b->staged_bucket = bucket;
+  return bucket;
+}
+
+void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
+                 ffi::TensorView req_to_token) {
+  op_range r(op_id::round_setup);
+  const draft_buffers bufs = buffers_of(b, arena);
+  const draft_config& c = b->plan->config;
+  SPECGRAPH_EXPECTS(req_to_token.ndim() == 2 && req_to_token.size(0) >= c.pool_rows &&
+                        req_to_token.size(1) == c.max_context_len,
+                    "req_to_token",
+                    "expected [pool_rows >= " + std::to_string(c.pool_rows) + ", max_context_len " +
+                        std::to_string(c.max_context_len) + "]");
+  check_int_tensor("req_to_token", req_to_token, int_kind::int32, 1, b->device);
+  setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
+              {static_cast<const std::int32_t*>(address_of(req_to_token))});
+}
+
+void step_metadata_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
+                      std::int64_t step) {
+  op_range r(op_id::step_metadata);
+  const draft_buffers bufs = buffers_of(b, arena);
+  step_metadata(executor_for(b->device), bufs, int32_arg("bucket", bucket),
+                int32_arg("step", step));
+}
+
+// device_steps mode: the step is the device counter's (docs/metadata.md section 10).
+void step_metadata_device_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket) {
+  op_range r(op_id::step_metadata_device);
+  const draft_buffers bufs = buffers_of(b, arena);
+  step_metadata_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket));
+}
+
+void advance_step_op(buffers_ref b, ffi::TensorView arena) {
+  op_range r(op_id::advance_step);
+  advance_step(executor_for(b->device), buffers_of(b, arena));
+}
+
+void sparse_stage_op(buffers_ref b, ffi::TensorView arena, std::int64_t kind, std::int64_t prev,
+                     std::int64_t end, std::int64_t chunk_len, std::int64_t chunk_q_len) {
+  op_range r(op_id::sparse_stage);
+  const draft_buffers bufs = buffers_of(b, arena);
+  SPECGRAPH_EXPECTS(kind >= 0 && kind < sparse_stage_kinds, "kind",
+                    std::to_string(kind) + " is not intra (0), succ (1) or inter (2)");
+  sparse_stage s;
+  s.kind = static_cast<stage_kind>(kind);
+  s.prev = int32_arg("prev", prev);
+  s.end = int32_arg("end", end);
+  s.chunk_len = int32_arg("chunk_len", chunk_len);
+  s.chunk_q_len = int32_arg("chunk_q_len", chunk_q_len);
+  stage_sparse(executor_for(b->device), bufs, s);
+}
+
+void count_violations_op(buffers_ref b, ffi::TensorView arena, ffi::TensorView out) {
+  op_range r(op_id::count_violations);
+  const draft_buffers bufs = buffers_of(b, arena);
+  check_int_tensor("out", out, int_kind::int32, 1, b->device);
+  count_violations(executor_for(b->device), bufs, static_cast<std::int32_t*>(address_of(out)));
+}
+
+// Every guard word as [violations, kind, kernel, row, column, capacity, value]. Synchronises.
+ffi::Array<ffi::Any> read_guards_op(buffers_ref b, ffi::TensorView arena) {
+  const std::vector<guard_word> words = read_guards(executor_for(b->device), buffers_of(b, arena));
+  ffi::Array<ffi::Any> out;
+  for (const guard_word& g : words) {
+    out.push_back(ffi::Array<std::int64_t>{g.violations, g.kind, g.kernel, g.row, g.column,
+                                           g.capacity, g.value});
+  }
+  return out;
+}
+
+// Reads the guard words (synchronises) and raises GuardViolation for the first set one, with
+// raise_guard_violations' message and its parts as attributes. bucket 0: the last staged one.
+void check_guards(buffers_ref b, ffi::TensorView arena, std::int64_t bucket) {
+  op_range r(op_id::check_guards);
+  const std::vector<guard_word> words = read_guards(executor_for(b->device), buffers_of(b, arena));
+  const auto at = static_cast<std::int32_t>(bucket > 0 ? bucket : b->staged_bucket);
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const guard_word& g = words[i];
+    if (g.violations == 0) continue;
+    try {
+      raise_guard_violations(*b->plan, words, at);
+    } catch (const guard_violation& e) {
+      const guard_site site = guard_site_of(*b->plan, static_cast<std::int32_t>(i));
+      throw_kind(kind_guard_violation, e.what(),
+                 {{"buffer", ffi::String(site.buffer)},
+                  {"step", static_cast<std::int64_t>(site.step)},
+                  {"bucket", static_cast<std::int64_t>(at)},
+                  {"row", static_cast<std::int64_t>(g.row)},
+                  {"column", static_cast<std::int64_t>(g.column)},
+                  {"kind", ffi::String(to_string(static_cast<violation_kind>(g.kind)))},
+                  {"kernel", ffi::String(to_string(static_cast<kernel_id>(g.kernel)))},
+                  {"capacity", static_cast<std::int64_t>(g.capacity)},
+                  {"value", static_cast<std::int64_t>(g.value)},
+                  {"violations", static_cast<std::int64_t>(g.violations)},
+                  {"guard", static_cast<std::int64_t>(i)}});
+    }
+  }
+}
+
+std::int64_t staged_bucket(buffers_ref b) {
+  return b->staged_bucket;
+}
+
+}  // namespace
+
+TVM_FFI_STATIC_INIT_BLOCK() {
+  namespace refl = tvm::ffi::reflection;
+  refl::ObjectDef<buffers_obj>();
+  refl::GlobalDef()
+      .def("specgraph.make_buffers", checked<&make_buffers>::call)
+      .def("specgraph.initialize", checked<&initialize>::call)
+      .def("specgraph.stage", checked<&stage>::call)
+      .def("specgraph.round_setup", checked<&round_setup>::call)
+      .def("specgraph.step_metadata", checked<&step_metadata_op>::call)
+      .def("specgraph.step_metadata_device", checked<&step_metadata_device_op>::call)
+      .def("specgraph.advance_step", checked<&advance_step_op>::call)
+      .def("specgraph.sparse_stage", checked<&sparse_stage_op>::call)
+      .def("specgraph.count_violations", checked<&count_violations_op>::call)
+      .def("specgraph.read_guards", checked<&read_guards_op>::call)
+      .def("specgraph.check_guards", checked<&check_guards>::call)
+      .def("specgraph.staged_bucket", staged_bucket);
+}
+
+}  // namespace specgraph::python
