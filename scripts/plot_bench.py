@@ -2,9 +2,12 @@
 """Turns the benchmark JSON of scripts/run-benchmarks.sh into PNG plots and summary.md.
 
 usage: plot_bench.py RESULTS_DIR OUT_DIR
+       plot_bench.py --peer-torch FILE OUT_DIR    (bench/peer_torch.py --json FILE alone)
   throughput.png          draft tokens/s per spec step and bucket, graph vs eager
   metadata_fused_vs_multipass.png   fused expand kernel vs the multi-pass baseline
   host_overhead.png       host cost of stage() + replay() per draft step
+  peer_torch.png          specgraph's fused op vs today's chain of torch ops (when RESULTS_DIR
+                          holds peer-torch.json, or with --peer-torch)
   summary.md              the numbers the README quotes
 """
 import json
@@ -123,7 +126,51 @@ def plot_host_overhead(rows, out):
     return table
 
 
+def plot_peer_torch(doc, out):
+    """bench/peer_torch.py's JSON: time per call against query rows, fused vs torch chain."""
+    rows = doc["results"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for mode in sorted({r["mode"] for r in rows}):
+        for step in sorted({r["step"] for r in rows}):
+            sel = sorted((r["rows"], r["fused_us"], r["torch_chain_us"]) for r in rows
+                         if r["mode"] == mode and r["step"] == step)
+            if not sel:
+                continue
+            x = [p[0] for p in sel]
+            ax.plot(x, [p[1] for p in sel], "-", marker="o",
+                    label=f"specgraph, {mode}, step {step}")
+            ax.plot(x, [p[2] for p in sel], "--", marker="s",
+                    label=f"torch chain, {mode}, step {step}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"query rows (bucket x topk {doc['config']['topk']})")
+    ax.set_ylabel(f"us per call ({doc['timing']})")
+    ax.set_title(f"expand metadata on {doc['device']}: fused op vs torch ops")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "peer_torch.png"), dpi=110)
+    md = [f"\nbench/peer_torch.py on {doc['device']} ({doc['timing']}, torch {doc['torch']})", "",
+          "| bucket | step | mode | specgraph us | torch chain us | chain / specgraph |",
+          "|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["mode"], r["step"], r["bucket"])):
+        md.append(f"| {r['bucket']} | {r['step']} | {r['mode']} | {r['fused_us']:.2f} | "
+                  f"{r['torch_chain_us']:.2f} | {r['ratio']:.2f}x |")
+    if doc.get("host_overhead_us"):
+        md.append("\nHost overhead per call (us): " + ", ".join(
+            f"{k} {v}" for k, v in doc["host_overhead_us"].items()))
+    return md
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--peer-torch":
+        os.makedirs(sys.argv[3], exist_ok=True)
+        with open(sys.argv[2]) as f:
+            md = plot_peer_torch(json.load(f), sys.argv[3])
+        with open(os.path.join(sys.argv[3], "summary.md"), "w") as f:
+            f.write("\n".join(md).lstrip() + "\n")
+        print("\n".join(md))
+        return
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     results, out = sys.argv[1], sys.argv[2]
@@ -151,6 +198,11 @@ def main():
         if b["base"].startswith("lifecycle/capture_table/"):
             md.append(f"\nCapture + instantiate of the whole default table ({b['base'].split('/')[-1]}, "
                       f"{int(b.get('graphs', 0))} graphs, metadata kernels only): {seconds(b) * 1e3:.2f} ms")
+    for name in ("peer-torch.json", "peer_torch.json"):
+        if os.path.exists(os.path.join(results, name)):
+            with open(os.path.join(results, name)) as f:
+                md += plot_peer_torch(json.load(f), out)
+            break
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
