@@ -192,10 +192,11 @@ def kernels_seeds():
         write("kernels_fuzz", f"fallback-{seq}-{count}-{cap}", e.b)
 
 
-# ---- runtime_fuzz: config, executor, req_to_token, then operations ((op & 0x7f) % 12: 0 stage,
+# ---- runtime_fuzz: config, executor, req_to_token, then operations ((op & 0x7f) % 13: 0 stage,
 # 1 stage_device, 2 replay, 3 run_round, 4 run_eager, 5 capture, 6 capture with a failing
-# forward, 7 read_guards, 8 setup_round, 9 step_metadata, 10 stage_round, 11 a composed graph;
-# op & 0x80 on a deferred executor: no arena snapshot, so work stays queued).
+# forward, 7 read_guards, 8 setup_round, 9 step_metadata, 10 stage_round, 11 run_round_on_device,
+# 12 a composed graph; op & 0x80 on a deferred executor: no arena snapshot, so work stays queued).
+# The switch is in runtime_fuzz.cpp (world::run_ops).
 PAGE_SIZES = [1, 2, 4, 8, 16, 3, 5, 7]
 
 
@@ -290,7 +291,7 @@ def runtime_seeds():
     s = runtime_seed(4, 2, 3, 4, 32, 5, 4096)
     s.stage([(1, 12), (4, 3)]).op(8).byte(1).byte(0).op(9).byte(1).value(2, 0)
     s.stage_device(2, [1, 3], [8, 9], op=10)
-    s.op(11).byte(0).value(1, 0).op(7)
+    s.op(12).byte(0).value(1, 0).op(7)
     write("runtime_fuzz", "composable-ops", s.bytes())
 
 
