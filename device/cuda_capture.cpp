@@ -111,6 +111,78 @@ void cuda_executor::end_while() {
   SPECGRAPH_CUDA_TRY(e);
 }
 
+namespace {
+
+const char* node_type_name(cudaGraphNodeType t) {
+  switch (t) {
+    case cudaGraphNodeTypeEventRecord: return "an event record node";
+    case cudaGraphNodeTypeWaitEvent: return "an event wait node";
+    case cudaGraphNodeTypeHost: return "a host function node";
+    case cudaGraphNodeTypeMemAlloc: return "a memory allocation node";
+    case cudaGraphNodeTypeMemFree: return "a memory free node";
+    case cudaGraphNodeTypeExtSemaphoreSignal: return "an external semaphore signal node";
+    case cudaGraphNodeTypeExtSemaphoreWait: return "an external semaphore wait node";
+    default: return "a node type a conditional body does not allow";
+  }
+}
+
+// CUDA allows only kernels, memsets, copies, empty, child graph and conditional nodes in a
+// conditional body; refusing the rest here names the node instead of failing at instantiate.
+void refuse_in_conditional_body(cudaGraph_t g) {
+  std::size_t n = 0;
+  SPECGRAPH_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n != 0) SPECGRAPH_CUDA_TRY(cudaGraphGetNodes(g, nodes.data(), &n));
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t = cudaGraphNodeTypeEmpty;
+    SPECGRAPH_CUDA_TRY(cudaGraphNodeGetType(node, &t));
+    switch (t) {
+      case cudaGraphNodeTypeKernel:
+      case cudaGraphNodeTypeMemcpy:
+      case cudaGraphNodeTypeMemset:
+      case cudaGraphNodeTypeEmpty:
+      case cudaGraphNodeTypeConditional: break;
+      case cudaGraphNodeTypeGraph: {
+        cudaGraph_t child = nullptr;
+        SPECGRAPH_CUDA_TRY(cudaGraphChildGraphNodeGetGraph(node, &child));
+        refuse_in_conditional_body(child);
+        break;
+      }
+      default:
+        throw capture_violation(std::string("cuda executor: record_graph: a graph with ") +
+                                node_type_name(t) +
+                                " is not allowed inside a conditional body (CUDA allows only "
+                                "kernels, memsets, device copies, child graphs and conditional "
+                                "nodes there)");
+    }
+  }
+}
+
+}  // namespace
+
+void cuda_executor::record_graph(const graph& g) {
+  device_scope d(device_);
+  if (!capturing()) throw capture_violation("cuda executor: record_graph outside capture");
+  const cudaGraph_t child = as_cuda(g).get();
+  if (main_stream_ != nullptr) refuse_in_conditional_body(child);
+  // One child graph node (CUDA clones `child` into it) after everything captured so far; the
+  // capture continues after it. Works in the engine's capture of this stream as in our own.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t captured = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  std::size_t n = 0;
+  SPECGRAPH_CUDA_TRY(
+      cudaStreamGetCaptureInfo(stream_, &status, nullptr, &captured, &deps, &edges, &n));
+  cudaGraphNodeParams params{};
+  params.type = cudaGraphNodeTypeGraph;
+  params.graph.graph = child;
+  cudaGraphNode_t node = nullptr;
+  SPECGRAPH_CUDA_TRY(cudaGraphAddNode(&node, captured, deps, edges, n, &params));
+  SPECGRAPH_CUDA_TRY(cudaStreamUpdateCaptureDependencies(stream_, &node, nullptr, 1,
+                                                         cudaStreamSetCaptureDependencies));
+}
+
 bool cuda_executor::capturing() const noexcept {
   if (own_capture_) return true;
   // Someone else (the engine's torch.cuda.graph, its own cudaStreamBeginCapture) may be
@@ -183,3 +255,21 @@ void cuda_executor::free_deferred() noexcept {
 }
 
 }  // namespace specgraph::detail
+
+namespace specgraph {
+
+std::unique_ptr<graph> import_cuda_graph(void* cuda_graph) {
+  SPECGRAPH_EXPECTS(cuda_graph != nullptr, "cuda_graph", "null: expected a cudaGraph_t");
+  cudaGraph_t copy = nullptr;
+  const cudaError_t e = cudaGraphClone(&copy, static_cast<cudaGraph_t>(cuda_graph));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // ours, not sticky: nothing ran
+    throw invalid_argument("cuda_graph",
+                           std::string("cuda_graph: cannot be copied (cudaGraphClone: ") +
+                               cudaGetErrorName(e) +
+                               "); a graph holding allocation or conditional nodes cannot be");
+  }
+  return std::make_unique<detail::cuda_graph>(copy);
+}
+
+}  // namespace specgraph

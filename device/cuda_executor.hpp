@@ -113,6 +113,7 @@ class cuda_executor final : public executor {
   void abort_capture() noexcept override;
   conditional_handle begin_while(bool initial) override;
   void end_while() override;
+  void record_graph(const graph& g) override;
   bool capturing() const noexcept override;
 
   std::unique_ptr<graph_exec> instantiate(const graph& g) override;

@@ -19,5 +19,8 @@ std::unique_ptr<executor> make_cuda_executor() {
 std::unique_ptr<executor> make_cuda_executor(device_stream) {
   throw unavailable("cuda executor unavailable: specgraph was built without CUDA");
 }
+std::unique_ptr<graph> import_cuda_graph(void*) {
+  throw unavailable("import_cuda_graph: specgraph was built without CUDA");
+}
 
 }  // namespace specgraph

@@ -229,6 +229,15 @@ class host_executor final : public executor {
     while_body_.reset();
     recorded_.push_back(std::move(n));
   }
+  void record_graph(const graph& g) override {
+    if (!capturing_) throw capture_violation("host executor: record_graph outside capture");
+    const auto& nodes = as_host(g).nodes();
+    if (while_body_) refuse_in_conditional_body(nodes);
+    host_node n;
+    n.type = host_node::kind::graph;
+    n.graph_nodes = std::make_shared<const std::vector<host_node>>(nodes);
+    (while_body_ ? *while_body_ : recorded_).push_back(std::move(n));
+  }
   bool capturing() const noexcept override { return capturing_; }
 
   std::unique_ptr<graph_exec> instantiate(const graph& g) override {
@@ -252,9 +261,7 @@ class host_executor final : public executor {
     n.graph_nodes = static_cast<host_graph_exec&>(exec).nodes_;
     const auto nodes = n.graph_nodes;
     submit(std::move(n));
-    for (const host_node& node : *nodes) {
-      if (node.recorded_event != nullptr) node.recorded_event->recorded_at = submitted_;
-    }
+    mark_recorded_events(*nodes);
   }
 
  private:
@@ -280,6 +287,26 @@ class host_executor final : public executor {
       throw capture_violation(std::string("host executor: ") + what +
                               " is not allowed during graph capture (CUDA stream capture forbids "
                               "it; allocate and read back outside capture)");
+    }
+  }
+  // Event nodes, in a graph and in the graphs it records, fire at each launch.
+  void mark_recorded_events(const std::vector<host_node>& nodes) const {
+    for (const host_node& node : nodes) {
+      if (node.recorded_event != nullptr) node.recorded_event->recorded_at = submitted_;
+      if (node.type == host_node::kind::graph) mark_recorded_events(*node.graph_nodes);
+    }
+  }
+  // What a graph recorded into a conditional body may not hold (as CUDA refuses it there).
+  static void refuse_in_conditional_body(const std::vector<host_node>& nodes) {
+    for (const host_node& node : nodes) {
+      if (node.type == host_node::kind::event) {
+        throw capture_violation(
+            "host executor: record_graph: a graph with an event node is not allowed inside a "
+            "conditional body (CUDA allows only kernels, memsets, device copies, child graphs "
+            "and conditional nodes there)");
+      }
+      if (node.type == host_node::kind::graph) refuse_in_conditional_body(*node.graph_nodes);
+      if (node.type == host_node::kind::loop) refuse_in_conditional_body(*node.body);
     }
   }
   void forbid_in_conditional_body(const char* what) const {

@@ -3,6 +3,7 @@
 #include "specgraph/ops.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,29 @@ void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t
   p.handle = handle;
   ex.launch(make_kernel_launch<kernels::continue_condition_kernel>(
       p, 1, kernels::cuda_continue_condition()));
+}
+
+std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
+                                                  std::int32_t bucket, const graph& step_body) {
+  SPECGRAPH_EXPECTS(b.plan().config.device_depth, "device_depth",
+                    "false: a device-depth round needs a plan with device_depth");
+  check_bucket(b.plan(), bucket);
+  if (ex.capturing()) {
+    throw capture_violation(
+        "capture_device_depth_round: the stream is being captured; this call is a capture of "
+        "its own (call it outside the engine's capture)");
+  }
+  ex.begin_capture();
+  try {
+    const conditional_handle h = ex.begin_while(/*initial=*/true);  // the body runs at least once
+    ex.record_graph(step_body);
+    continue_while_confident(ex, b, bucket, h);
+    ex.end_while();
+    return ex.end_capture();
+  } catch (...) {
+    ex.abort_capture();
+    throw;
+  }
 }
 
 void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stage) {

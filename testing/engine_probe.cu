@@ -5,4 +5,7 @@ namespace specgraph::testing {
 cuda_rows_fn engine_probe_cuda() {
   return &cuda_rows<engine_probe_kernel>;
 }
+cuda_rows_fn confidence_probe_cuda() {
+  return &cuda_rows<confidence_probe_kernel>;
+}
 }  // namespace specgraph::testing

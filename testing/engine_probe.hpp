@@ -48,7 +48,25 @@ struct engine_probe_kernel {
   }
 };
 
-// The CUDA launcher (null in host-only builds); defined in engine_probe.cu / engine_probe_host.cpp.
+// A stand-in for the forward's confidence signal (device-decided depth, docs/metadata.md
+// section 10): each row's confidence for the step the device counter is at, from a table the
+// test fills per round, source[step][row].
+struct confidence_probe_kernel {
+  struct params {
+    const float* source;  // [num_steps][rows]
+    std::int64_t rows;
+    const std::int32_t* step;
+    float* confidence;
+  };
+  static constexpr const char* name = "confidence_probe";
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
+    p.confidence[row] = p.source[*p.step * p.rows + row];
+  }
+};
+
+// The CUDA launchers (null in host-only builds); defined in engine_probe.cu /
+// engine_probe_host.cpp.
 cuda_rows_fn engine_probe_cuda();
+cuda_rows_fn confidence_probe_cuda();
 
 }  // namespace specgraph::testing

@@ -4,4 +4,7 @@ namespace specgraph::testing {
 cuda_rows_fn engine_probe_cuda() {
   return nullptr;
 }
+cuda_rows_fn confidence_probe_cuda() {
+  return nullptr;
+}
 }  // namespace specgraph::testing

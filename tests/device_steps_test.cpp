@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "specgraph/metadata.hpp"
 #include "specgraph/ops.hpp"
 #include "specgraph/runtime.hpp"
+#include "testing/engine_probe.hpp"
 #include "tests/runtime_support.hpp"
 #include "tests/test_support.hpp"
 
@@ -138,20 +140,8 @@ TEST_P(DeviceSteps, TheSeedBugIsRefusedAtColumnTwoCapacityTwo) {
 }
 
 // Conditional rounds. The forward writes each row's confidence for the step it is at from a
-// per-round table conf[step][row]; the host works out the depth the device must choose.
-struct confidence_forward {
-  struct params {
-    const float* source;  // [num_steps][rows]
-    std::int64_t rows;
-    const std::int32_t* step;
-    float* confidence;
-  };
-  static constexpr const char* name = "test_confidence";
-  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
-    p.confidence[row] = p.source[*p.step * p.rows + row];
-  }
-};
-
+// per-round table conf[step][row] (testing::confidence_probe_kernel); the host works out the
+// depth the device must choose.
 std::int32_t expected_depth(const std::vector<float>& conf, std::int64_t rows,
                             std::int32_t real_rows, std::int32_t max_depth, float threshold) {
   std::int32_t depth = 1;  // the body always runs once
@@ -163,29 +153,33 @@ std::int32_t expected_depth(const std::vector<float>& conf, std::int64_t rows,
   return depth;
 }
 
-TEST_P(DeviceSteps, TheDeviceDecidesTheDepthFromTheConfidenceSignal) {
-  const std::uint64_t seed = test_seed();
-  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
-  if (GetParam() == "cuda") {
-    // Confidence forward on CUDA needs its own trampoline; the host executor covers the logic
-    // and the GPU check runs the simulated engine in this mode.
-    GTEST_SKIP() << "host-only forward kernel in this test";
+// A sim_engine in device_depth mode whose forward is the probe plus the confidence signal.
+struct confidence_engine {
+  confidence_engine(executor& ex, std::mt19937_64& rng)
+      : eng(ex, counter_config(4, /*device_depth=*/true), rng),
+        rows(eng.rt().plan().max_rows()),
+        source(ex, static_cast<std::size_t>(4 * rows), 0.0f) {
+    eng.rt().set_forward([this](const step_view& v) {
+      eng.probe_forward(v);
+      confidence_probe_kernel::params p{source.data(), rows, v.device_step, v.confidence};
+      v.ex->launch(make_kernel_launch<confidence_probe_kernel>(p, rows, confidence_probe_cuda()));
+    });
   }
-  std::mt19937_64 rng(seed);
-  sim_engine eng(*ex, counter_config(4, /*device_depth=*/true), rng);
-  const std::int64_t rows = eng.rt().plan().max_rows();
-  dvec<float> source(*ex, static_cast<std::size_t>(4 * rows), 0.0f);
-  eng.rt().set_forward([&](const step_view& v) {
-    eng.probe_forward(v);
-    confidence_forward::params p{source.data(), rows, v.device_step, v.confidence};
-    v.ex->launch(make_kernel_launch<confidence_forward>(p, rows, nullptr));
-  });
-  const capture_report report = eng.rt().capture();
-  EXPECT_EQ(report.graphs, 2 * static_cast<std::int32_t>(eng.rt().plan().config.buckets.size()));
+  sim_engine eng;
+  std::int64_t rows;
+  dvec<float> source;
+};
+
+// 40 rounds of random batches and confidence scenarios: stage, `run_round()` (one launch), then
+// the depth run equals the host's expectation and every table equals the model at that depth.
+template <typename RunRound>
+void expect_device_decided_depths(executor& ex, confidence_engine& ce, std::mt19937_64& rng,
+                                  RunRound run_round) {
+  sim_engine& eng = ce.eng;
+  const std::int64_t rows = ce.rows;
   for (int round = 0; round < 40; ++round) {
     const auto batch = static_cast<std::int32_t>(1 + rng() % 12);
     const host_round r = eng.random_round(rng, batch);
-    const auto bucket = eng.rt().plan().bucket_for(batch);
     std::vector<float> conf(static_cast<std::size_t>(4 * rows));
     const int scenario = round % 4;
     for (std::size_t i = 0; i < conf.size(); ++i) {
@@ -198,7 +192,7 @@ TEST_P(DeviceSteps, TheDeviceDecidesTheDepthFromTheConfidenceSignal) {
                 : scenario == 2 ? (padded ? 1.0f : 0.1f)
                                 : 1.0f;
     }
-    ex->copy_to_device(source.data(), conf.data(), conf.size() * sizeof(float));
+    ex.copy_to_device(ce.source.data(), conf.data(), conf.size() * sizeof(float));
     round_inputs in = r.inputs();
     in.max_depth = static_cast<std::int32_t>(1 + rng() % 4);
     in.min_confidence = scenario == 0 ? 0.97f : 0.5f;
@@ -209,9 +203,9 @@ TEST_P(DeviceSteps, TheDeviceDecidesTheDepthFromTheConfidenceSignal) {
                  std::to_string(in.max_depth) + ", expected depth " + std::to_string(want));
     eng.poison();
     eng.rt().stage(in);
-    const std::int64_t launches = ex->counters().graph_launches;
-    eng.rt().run_round_on_device();
-    EXPECT_EQ(ex->counters().graph_launches - launches, 1) << "one launch per round";
+    const std::int64_t launches = ex.counters().graph_launches;
+    run_round(eng.rt().staged_bucket());
+    EXPECT_EQ(ex.counters().graph_launches - launches, 1) << "one launch per round";
     const std::int32_t depth = eng.rt().read_round_depth();
     EXPECT_EQ(depth, want);
     EXPECT_LE(depth, in.max_depth);
@@ -221,10 +215,58 @@ TEST_P(DeviceSteps, TheDeviceDecidesTheDepthFromTheConfidenceSignal) {
     if (scenario == 3) {
       EXPECT_EQ(depth, in.max_depth);
     }
-    (void)bucket;
     expect_counter_round_matches_model(eng, eng.model_of(r, depth), depth);
-    if (HasFailure()) return;
+    if (::testing::Test::HasFailure()) return;
   }
+}
+
+TEST_P(DeviceSteps, TheDeviceDecidesTheDepthFromTheConfidenceSignal) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  confidence_engine ce(*ex, rng);
+  const capture_report report = ce.eng.rt().capture();
+  EXPECT_EQ(report.graphs, 2 * static_cast<std::int32_t>(ce.eng.rt().plan().config.buckets.size()));
+  expect_device_decided_depths(*ex, ce, rng,
+                               [&](std::int32_t) { ce.eng.rt().run_round_on_device(); });
+}
+
+// An engine that captures with its own tooling (torch.cuda.graph cannot record a WHILE node)
+// captures the step body itself; capture_device_depth_round wraps it (record_graph) into the
+// round. Here the body is the runtime's own graph(B) of device-step mode, captured and never
+// instantiated by the runtime: the composed rounds must equal the runtime's own, depth for depth.
+TEST_P(DeviceSteps, AnEngineCapturedStepBodyComposesIntoTheDeviceDecidedRound) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  confidence_engine ce(*ex, rng);
+  draft_runtime& rt = ce.eng.rt();
+  std::vector<std::unique_ptr<graph_exec>> rounds;
+  for (const std::int32_t bucket : rt.plan().config.buckets) {
+    const std::unique_ptr<graph> body = rt.capture_graph(bucket, 0);
+    const std::unique_ptr<graph> round =
+        capture_device_depth_round(*ex, rt.buffers(), bucket, *body);
+    rounds.push_back(ex->instantiate(*round));
+  }
+  EXPECT_FALSE(ex->capturing());
+  const auto& buckets = rt.plan().config.buckets;
+  expect_device_decided_depths(*ex, ce, rng, [&](std::int32_t bucket) {
+    const auto i = std::find(buckets.begin(), buckets.end(), bucket) - buckets.begin();
+    ex->launch_graph(*rounds[static_cast<std::size_t>(i)]);
+  });
+
+  const std::unique_ptr<graph> body = rt.capture_graph(buckets[0], 0);
+  expect_invalid([&] { (void)capture_device_depth_round(*ex, rt.buffers(), 13, *body); }, "bucket",
+                 "13");
+  sim_engine per_step(*ex, counter_config(4), rng);
+  expect_invalid(
+      [&] { (void)capture_device_depth_round(*ex, per_step.rt().buffers(), buckets[0], *body); },
+      "device_depth", "false");
+  ex->begin_capture();
+  EXPECT_THROW((void)capture_device_depth_round(*ex, rt.buffers(), buckets[0], *body),
+               capture_violation)
+      << "a capture of its own, not inside another";
+  ex->abort_capture();
 }
 
 TEST_P(DeviceSteps, MisuseIsNamed) {
@@ -288,6 +330,17 @@ TEST(ConditionalBody, RunsWhileSetAndRefusesWhatCudaRefuses) {
   (void)ex->begin_while(false);
   EXPECT_THROW((void)ex->end_capture(), capture_violation) << "end_capture inside a body";
   EXPECT_FALSE(ex->capturing());
+
+  // A graph recorded into a body is checked as a whole: an event node inside it is refused.
+  ex->begin_capture();
+  ex->record_event(e.get());
+  const std::unique_ptr<graph> with_event = ex->end_capture();
+  EXPECT_THROW(ex->record_graph(*with_event), capture_violation) << "outside capture";
+  ex->begin_capture();
+  ex->record_graph(*with_event);  // allowed outside a body
+  (void)ex->begin_while(true);
+  EXPECT_THROW(ex->record_graph(*with_event), capture_violation);
+  ex->abort_capture();
 }
 
 }  // namespace

@@ -167,6 +167,13 @@ class executor {
   // internal stream of the executor, which stream() returns meanwhile. Not nestable.
   [[nodiscard]] virtual conditional_handle begin_while(bool initial) = 0;
   virtual void end_while() = 0;
+  // Records `g` as one node of the capture under way (a child graph node holding a copy of
+  // it): a graph this executor captured, or on CUDA one an engine captured itself and imported
+  // with import_cuda_graph (e.g. the torch.cuda.graph of a step body). The memory its nodes
+  // use must stay valid while the recording graph is used. During capture only. Inside a
+  // conditional body `g` may hold only what a body may (kernels, memsets, device copies, child
+  // graphs, conditional nodes): anything else is refused here with capture_violation naming it.
+  virtual void record_graph(const graph& g) = 0;
 
   // Instantiates (and uploads) a graph. Synchronous host work; forbidden during capture.
   [[nodiscard]] virtual std::unique_ptr<graph_exec> instantiate(const graph& g) = 0;
@@ -209,6 +216,14 @@ std::unique_ptr<executor> make_cuda_executor();
 // A cuda executor over the engine's stream (non-owning: the stream must outlive it). It pins
 // the stream's device (cudaStreamGetDevice; the current device for the legacy stream).
 std::unique_ptr<executor> make_cuda_executor(device_stream engine_stream);
+
+// A graph an engine captured itself (a cudaGraph_t, e.g.
+// torch.cuda.CUDAGraph(keep_graph=True).raw_cuda_graph()), copied (cudaGraphClone) so the
+// engine may destroy its own afterwards, for cuda_executor::record_graph. The memory its nodes
+// use (the engine's graph pool) must stay valid while graphs recording it are used. Host work
+// only; not during a capture of `cuda_graph` itself. Throws invalid_argument for a null graph or
+// one CUDA cannot copy (one holding allocation or conditional nodes), unavailable without CUDA.
+std::unique_ptr<graph> import_cuda_graph(void* cuda_graph);
 
 // "host", "cuda" or "auto" (cuda when available, else host). Throws invalid_argument otherwise.
 std::unique_ptr<executor> make_executor(const std::string& kind);

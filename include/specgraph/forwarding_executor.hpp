@@ -56,6 +56,7 @@ class forwarding_executor : public executor {
   bool capturing() const noexcept override { return inner_->capturing(); }
   conditional_handle begin_while(bool initial) override { return inner_->begin_while(initial); }
   void end_while() override { inner_->end_while(); }
+  void record_graph(const graph& g) override { inner_->record_graph(g); }
   std::unique_ptr<graph_exec> instantiate(const graph& g) override {
     return inner_->instantiate(g);
   }

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 namespace specgraph {
 
 class executor;
+class graph;
 
 // An index array as an engine holds it: int32 or int64 (SGLang keeps int64). Narrowing to the
 // int32 tables is checked, never silent.
@@ -128,6 +130,18 @@ void advance_step(executor& ex, const draft_buffers& b);
 // (b.confidence(), written by the forward) reaches the round's min_confidence. Capture-safe.
 void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
                               conditional_handle handle);
+// The device-depth round of `bucket` around a step body the engine captured itself, for
+// engines that capture with their own tooling (torch.cuda.graph) and so cannot record a WHILE
+// node: the graph is WHILE (set at launch) { step_body; continue_while_confident }. step_body
+// must be this bucket's device-step body: setup_round, step_metadata_at_device_step, the
+// forward (writing b.confidence()), advance_step, e.g. imported with import_cuda_graph; its
+// memory must stay valid while the result is used. Launch the instantiated result once per
+// round after staging (stage_round with max_depth / min_confidence): the depth run is left in
+// b.device_step(). A capture of its own on ex's stream (not inside another capture); no sync.
+// Throws invalid_argument without config.device_depth or for an unplanned bucket,
+// capture_violation when step_body holds what a conditional body may not (event nodes).
+std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
+                                                  std::int32_t bucket, const graph& step_body);
 // Checks a round's max_depth (0 or 1..num_steps) and min_confidence (not NaN); throws
 // invalid_argument naming the field.
 void check_round_control(const draft_config& c, std::int32_t max_depth, float min_confidence);
