@@ -24,8 +24,9 @@ from . import _ffi
 from .buffers import Buffers, SparseStageViews, StepView, buffers, host_arena
 from .config import DraftConfig, SparseConfig, default_buckets
 from .errors import CaptureFailed, CudaError, GuardViolation, InvalidArgument, SpecgraphError
-from .ops import (GuardWord, SparseStage, advance_step_, check_guards, count_violations_,
-                  initialize_, read_guards, round_setup_, sparse_stage_, sparse_stages, stage_,
+from .ops import (GuardWord, RoundGraph, SparseStage, advance_step_, check_guards,
+                  continue_condition_host, count_violations_, initialize_, read_guards,
+                  round_graph, round_setup_, sparse_stage_, sparse_stages, stage_,
                   step_metadata_, step_metadata_device_)
 from .plan import BufferSpec, EngineSizing, Plan, make_plan
 
@@ -61,5 +62,6 @@ __all__ = [
     "SparseConfig", "SparseStage", "SparseStageViews", "SpecgraphError", "StepView", "buffers",
     "check_guards", "count_violations_", "cuda_unavailable_reason", "default_buckets", "host_arena",
     "initialize_", "make_plan", "read_guards", "round_setup_", "sparse_stage_", "sparse_stages",
-    "stage_", "step_metadata_", "step_metadata_device_", "advance_step_",
+    "stage_", "step_metadata_", "step_metadata_device_", "advance_step_", "RoundGraph",
+    "round_graph", "continue_condition_host",
 ]

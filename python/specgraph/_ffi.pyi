@@ -10,6 +10,7 @@ import tvm_ffi
 Tensor = Any  # an object with __dlpack__
 Plan = tvm_ffi.Object  # specgraph.Plan (C++ plan_obj)
 Buffers = tvm_ffi.Object  # specgraph.Buffers (C++ buffers_obj)
+RoundGraph = tvm_ffi.Object  # specgraph.RoundGraph (C++ round_graph_obj)
 DType = Union[str, tvm_ffi.dtype]
 
 # ---- plans (bindings.cpp): host only ----------------------------------------------------------
@@ -48,7 +49,7 @@ def raise_for_test(kind: str, message: str) -> None: ...
 def make_buffers(plan: Plan, arena: Tensor, initialize: bool) -> Buffers: ...
 def initialize(bufs: Buffers, arena: Tensor) -> None: ...
 def stage(bufs: Buffers, arena: Tensor, batch: int, req_pool_indices: Tensor, seq_lens: Tensor,
-          out_cache_loc: Tensor) -> int:
+          out_cache_loc: Tensor, max_depth: int, min_confidence: float) -> int:
     """Returns the bucket."""
 def round_setup(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor) -> None: ...
 def step_metadata(bufs: Buffers, arena: Tensor, bucket: int, step: int) -> None: ...
@@ -62,3 +63,13 @@ def read_guards(bufs: Buffers, arena: Tensor) -> List[List[int]]:
 def check_guards(bufs: Buffers, arena: Tensor, bucket: int) -> None:
     """Synchronises; raises GuardViolation."""
 def staged_bucket(bufs: Buffers) -> int: ...
+
+# ---- device-decided depth (round_graph.cpp) ---------------------------------------------------
+def round_graph(bufs: Buffers, arena: Tensor, bucket: int, cuda_graph: int) -> RoundGraph:
+    """Wraps a copy of the step body cudaGraph_t into the bucket's WHILE round and instantiates
+    it. CUDA arenas; host work; not inside a capture."""
+def launch_round_graph(graph: RoundGraph, arena: Tensor) -> None:
+    """One launch on the current stream; no sync; not inside a capture."""
+def round_graph_bucket(graph: RoundGraph) -> int: ...
+def continue_condition_host(bufs: Buffers, arena: Tensor, bucket: int, flag: Tensor) -> None:
+    """CPU arenas: the round's condition kernel writes 1 (continue) or 0 into flag (int32 [1])."""

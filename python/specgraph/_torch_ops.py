@@ -31,7 +31,7 @@ _next_handle = itertools.count(1)
 SCHEMAS = {
     "initialize_": "initialize_(Tensor(a!) arena, int handle) -> ()",
     "stage_": "stage_(Tensor(a!) arena, int handle, int bs, Tensor req_pool_indices, "
-              "Tensor seq_lens, Tensor out_cache_loc) -> ()",
+              "Tensor seq_lens, Tensor out_cache_loc, int max_depth, float min_confidence) -> ()",
     "round_setup_": "round_setup_(Tensor(a!) arena, int handle, int bucket, "
                     "Tensor req_to_token) -> ()",
     "step_metadata_": "step_metadata_(Tensor(a!) arena, int handle, int bucket, int step) -> ()",

@@ -20,6 +20,9 @@ implementations and mutates_args), so torch.compile and torch.profiler see them 
 | sparse_stage_       | current                | no           | yes          |
 | count_violations_   | current                | no           | yes          |
 | read_guards, check_guards | current          | yes          | no           |
+| round_graph         | current (upload)       | no           | no (host work: instantiate) |
+| RoundGraph.launch   | current                | no           | no           |
+| continue_condition_host | none (CPU, inline) | no          | no           |
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def initialize_(bufs: Buffers) -> None:
 
 
 def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
-           out_cache_loc: Any) -> int:
+           out_cache_loc: Any, max_depth: int = 0,
+           min_confidence: float = float("-inf")) -> int:
     """Copies one round's inputs into the static inputs of the smallest bucket >= bs, writes the
     real batch and resets the padded requests (seq_len 1, pool row 0, every slot 0). Returns
     the bucket.
@@ -100,11 +104,17 @@ def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
     stage is only valid for the batch it was captured with: stage eagerly before replaying.
     Host memory: the contents are checked first too (InvalidArgument naming the element, e.g.
     "seq_lens[3]", nothing written); device memory: by the kernels (bad_input guard words).
+
+    max_depth (0: num_steps, else 1..num_steps) and min_confidence are the round's controls in
+    device_depth mode (docs/metadata.md section 10): the round stops after max_depth steps or
+    once no real row's confidence reaches min_confidence.
     """
     if bufs.handle:
-        _torch.stage_(bufs.arena, bufs.handle, bs, req_pool_indices, seq_lens, out_cache_loc)
+        _torch.stage_(bufs.arena, bufs.handle, bs, req_pool_indices, seq_lens, out_cache_loc,
+                      max_depth, min_confidence)
         return bufs.plan.bucket_for(bs)
-    return int(_ffi.stage(bufs._obj, bufs.arena, bs, req_pool_indices, seq_lens, out_cache_loc))
+    return int(_ffi.stage(bufs._obj, bufs.arena, bs, req_pool_indices, seq_lens, out_cache_loc,
+                          max_depth, min_confidence))
 
 
 def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any) -> None:
@@ -149,6 +159,42 @@ def advance_step_(bufs: Buffers) -> None:
         _torch.advance_step_(bufs.arena, bufs.handle)
     else:
         _ffi.advance_step(bufs._obj, bufs.arena)
+
+
+class RoundGraph:
+    """One bucket's device-decided round (device_depth; docs/metadata.md section 10): a copy of
+    the step body the engine captured with torch.cuda.graph inside a WHILE node whose condition
+    kernel continues while the step is below the staged max_depth and a real row's confidence
+    reaches min_confidence. The body's memory (its torch graph pool) must stay valid: keep the
+    torch graph alive as long as this object."""
+
+    def __init__(self, bufs: Buffers, obj: Any) -> None:
+        self.bufs = bufs
+        self._obj = obj
+        self.bucket = int(_ffi.round_graph_bucket(obj))
+
+    def launch(self) -> None:
+        """One launch on the current stream after stage_(): the depth it runs is left in
+        bufs.device_step. Never allocates or synchronises; not inside a capture."""
+        _ffi.launch_round_graph(self._obj, self.bufs.arena)
+
+
+def round_graph(bufs: Buffers, bucket: int, step_body: Any) -> RoundGraph:
+    """Wraps the engine's step body for `bucket` (round_setup_, step_metadata_device_, the
+    forward writing bufs.confidence, advance_step_, captured with
+    torch.cuda.CUDAGraph(keep_graph=True); or a cudaGraph_t address) into the bucket's round
+    graph and instantiates it (uploaded on the current stream). CUDA arenas of device_depth
+    plans; host work; not inside a capture. The body may not hold event or host nodes (CUDA
+    refuses them in a conditional body: CaptureFailed names them)."""
+    raw = step_body.raw_cuda_graph() if hasattr(step_body, "raw_cuda_graph") else step_body
+    return RoundGraph(bufs, _ffi.round_graph(bufs._obj, bufs.arena, bucket, int(raw)))
+
+
+def continue_condition_host(bufs: Buffers, bucket: int, flag: Any) -> None:
+    """CPU arenas of device_depth plans: the round graph's condition kernel, writing 1 (run
+    another step) or 0 into flag (int32 [1]), for drivers that emulate the round by looping
+    over the step body on the host. Inline; no stream."""
+    _ffi.continue_condition_host(bufs._obj, bufs.arena, bucket, flag)
 
 
 def sparse_stage_(bufs: Buffers, stage: SparseStage) -> None:

@@ -13,9 +13,12 @@ sequence the C++ draft_runtime captures; with round_graphs a whole round is one 
 bucket. With a device step counter (DraftConfig(device_steps=True), docs/metadata.md section 10)
 one graph per bucket holds one step, [round_setup_ (runs on the device at step 0 only)] +
 [step_metadata_device_] + [forward(view(B, 0))] + [advance_step_], replayed depth times: the
-forward reads the step from view.device_step. torch.cuda.graph records no conditional WHILE node,
-so the device-decided depth (device_depth) needs the C++ driver (draft_runtime) and a C++
-forward; DraftGraphs refuses it by name. The forward is the engine's: it reads the static buffers through the StepView it is
+forward reads the step from view.device_step. With the device-decided depth
+(DraftConfig(device_depth=True)) that body is captured with torch (keep_graph=True) and
+specgraph.round_graph wraps a copy of it in a WHILE node whose condition reads the forward's
+view.confidence: run_round() is one launch and the device decides the depth (stage_'s max_depth
+and min_confidence), left in DraftGraphs.depth. torch.cuda.graph itself records no WHILE node.
+The forward is the engine's: it reads the static buffers through the StepView it is
 given and must only enqueue work on the current stream (it runs inside torch.cuda.graph).
 
 On a CPU arena (no CUDA) nothing is captured: run_round runs the same sequence eagerly, so the
@@ -36,8 +39,9 @@ from . import _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
 from .buffers import Buffers, StepView
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
-from .ops import (advance_step_, check_guards, count_violations_, round_setup_, stage_,
-                  step_metadata_, step_metadata_device_)
+from .ops import (RoundGraph, advance_step_, check_guards, continue_condition_host,
+                  count_violations_, round_graph, round_setup_, stage_, step_metadata_,
+                  step_metadata_device_)
 
 logger = logging.getLogger("specgraph")
 
@@ -117,11 +121,7 @@ class DraftGraphs:
         self.before_capture = before_capture
         self.round_graphs = self.plan.config.round_graphs if round_graphs is None else round_graphs
         self.device_steps = self.plan.config.device_steps
-        if self.plan.config.device_depth:
-            raise InvalidArgument(
-                "device_depth: torch.cuda.graph records no conditional WHILE node; the "
-                "device-decided depth needs specgraph's C++ driver (draft_runtime)",
-                field="device_depth")
+        self.device_depth = self.plan.config.device_depth
         if self.device_steps and self.round_graphs:
             raise InvalidArgument("round_graphs: not with a device step counter",
                                   field="round_graphs")
@@ -132,6 +132,7 @@ class DraftGraphs:
         self.capture_error_mode = capture_error_mode
         self.report: Optional[CaptureReport] = None
         self._graphs: Dict[Tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._rounds: Dict[int, RoundGraph] = {}  # device_depth: bucket -> its round graph
         self.bucket = 0  # of the last stage_()
         self.batch = 0
         self._next_step = 0
@@ -141,6 +142,8 @@ class DraftGraphs:
         self._flag_event = torch.cuda.Event() if self.mode == "cuda_graph" else None
         self._flag_pending = False
         self._flag_bucket = 0
+        # device_depth on a CPU arena: the condition word the host loop reads after each body.
+        self._condition = torch.zeros(1, dtype=torch.int32, device=self.device)
 
     # ---- capture ---------------------------------------------------------------------------
     def _record(self, bucket: int, step: int) -> None:
@@ -186,12 +189,17 @@ class DraftGraphs:
                     torch.cuda.current_stream(self.device).wait_stream(stream)
                 if self.before_capture is not None:
                     self.before_capture(bucket, step)
-                g = torch.cuda.CUDAGraph()
+                # device_depth: the body graph stays alive (its pool and the copy's memory).
+                g = torch.cuda.CUDAGraph(keep_graph=True) if self.device_depth else (
+                    torch.cuda.CUDAGraph())
                 t0 = time.perf_counter()
                 with self._failing(bucket, step, "capture"):
                     with torch.cuda.graph(g, pool=pool, stream=stream,
                                           capture_error_mode=self.capture_error_mode):
                         self._record(bucket, step)
+                    if self.device_depth:
+                        with torch.cuda.stream(stream):
+                            self._rounds[bucket] = round_graph(self.bufs, bucket, g)
                 timings.append(GraphTiming(bucket, step, time.perf_counter() - t0))
                 self._graphs[(bucket, step)] = g
             torch.cuda.synchronize(self.device)
@@ -229,13 +237,16 @@ class DraftGraphs:
 
     # ---- per round -------------------------------------------------------------------------
     def stage_(self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-               out_cache_loc: torch.Tensor) -> int:
+               out_cache_loc: torch.Tensor, max_depth: int = 0,
+               min_confidence: float = float("-inf")) -> int:
         """specgraph.stage_ for the next round, eagerly on the current stream; returns the
-        bucket. No sync; not for use inside a capture."""
+        bucket. max_depth (0: num_steps) and min_confidence: the round's controls in device_depth
+        mode. No sync; not for use inside a capture."""
         if not self.can_run(bs):
             raise InvalidArgument(f"bs: {bs} has no captured bucket (captured: "
                                   f"{list(self.buckets)}; capture() first)", field="bs")
-        self.bucket = stage_(self.bufs, bs, req_pool_indices, seq_lens, out_cache_loc)
+        self.bucket = stage_(self.bufs, bs, req_pool_indices, seq_lens, out_cache_loc,
+                             max_depth, min_confidence)
         self.batch = bs
         self._next_step = 0
         return self.bucket
@@ -245,6 +256,9 @@ class DraftGraphs:
         after each stage_() (step 0 again restarts the round). Never allocates or syncs."""
         if self.bucket == 0:
             raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
+        if self.device_depth:
+            raise InvalidArgument("step: the device decides the depth; run_round() runs the "
+                                  "round in one launch", field="step")
         # Step 0 may restart a round, except with a device step counter (only staging resets it).
         if step != self._next_step and (step != 0 or self.device_steps):
             raise InvalidArgument(f"step: {step} out of order (expected {self._next_step})",
@@ -258,16 +272,22 @@ class DraftGraphs:
     def run_round(self, depth: Optional[int] = None) -> None:
         """Replays steps 0..depth-1 (default every step; fewer is adaptive speculation): one
         launch of the round graph when round_graphs and depth == num_steps, else one per step.
+        device_depth: no depth; one launch of the bucket's round graph, the device decides.
         Then the guard check of `checked`: sync reads the guard words back (a synchronisation)
         and raises GuardViolation naming buffer, step, bucket and row; async raises, at a later
         run_round or poll(), once a non-syncing count of an earlier round has landed non-zero."""
         n = self.plan.config.num_steps
+        if self.device_depth and depth is not None:
+            raise InvalidArgument(f"depth: {depth} given, but the device decides the depth "
+                                  "(pass max_depth and min_confidence to stage_)", field="depth")
         depth = n if depth is None else depth
         if not 1 <= depth <= n:
             raise InvalidArgument(f"depth: {depth} is outside [1, num_steps {n}]", field="depth")
         if self.checked == "async":
             self.poll()
-        if self.round_graphs and depth == n and self.mode == "cuda_graph":
+        if self.device_depth:
+            self._run_device_depth_round()
+        elif self.round_graphs and depth == n and self.mode == "cuda_graph":
             if self.bucket == 0:
                 raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
             self._graphs[(self.bucket, ROUND)].replay()
@@ -284,6 +304,28 @@ class DraftGraphs:
                 self._flag_event.record()
             self._flag_pending = True
             self._flag_bucket = self.bucket
+
+    def _run_device_depth_round(self) -> None:
+        """One launch of the bucket's round graph; eagerly (CPU arena), the same loop: the body,
+        then the condition kernel into a flag, while it says continue (the body runs at least
+        once, as the WHILE node's initial value is 1)."""
+        if self.bucket == 0:
+            raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
+        if self.mode == "cuda_graph":
+            self._rounds[self.bucket].launch()
+        else:
+            for _ in range(self.plan.config.num_steps):  # the condition stops by max_depth
+                self._record(self.bucket, 0)
+                continue_condition_host(self.bufs, self.bucket, self._condition)
+                if not int(self._condition[0]):
+                    break
+        self._next_step = self.plan.config.num_steps
+
+    @property
+    def depth(self) -> torch.Tensor:
+        """device_depth mode: int32 [1] on the device, the depth the last round ran (the device
+        step counter; reading it on the host syncs)."""
+        return self.bufs.device_step
 
     def poll(self) -> None:
         """async mode: raises GuardViolation if the count of an earlier round has landed and is

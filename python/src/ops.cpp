@@ -6,6 +6,7 @@
 #include <tvm/ffi/reflection/registry.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,15 @@ void initialize(buffers_ref b, ffi::TensorView arena) {
   initialize_buffers(executor_for(b->device), buffers_of(b, arena));
 }
 
+// A Python float as float: beyond float's range it saturates to +-inf (a plain conversion of an
+// out-of-range double is undefined behaviour); NaN stays NaN for stage_round to refuse by name.
+float to_float(double v) {
+  constexpr double most = std::numeric_limits<float>::max();
+  if (v > most) return std::numeric_limits<float>::infinity();
+  if (v < -most) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
+
 std::int64_t load(const ffi::TensorView& t, bool is64, std::int64_t i) {
   return is64 ? static_cast<const std::int64_t*>(address_of(t))[i]
               : static_cast<const std::int32_t*>(address_of(t))[i];
@@ -104,7 +114,7 @@ void check_host_contents(const draft_config& c, std::int32_t batch, const ffi::T
 
 std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
                    ffi::TensorView req_pool_indices, ffi::TensorView seq_lens,
-                   ffi::TensorView out_cache_loc) {
+                   ffi::TensorView out_cache_loc, std::int64_t max_depth, double min_confidence) {
   op_range r(op_id::stage);
   const draft_buffers bufs = buffers_of(b, arena);
   const draft_config& c = b->plan->config;
@@ -129,6 +139,8 @@ std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
   in.seq_len = seq64 ? index_array(static_cast<const std::int64_t*>(address_of(seq_lens)))
                      : index_array(static_cast<const std::int32_t*>(address_of(seq_lens)));
   in.out_cache_loc = static_cast<const std::int64_t*>(address_of(out_cache_loc));
+  in.max_depth = int32_arg("max_depth", max_depth);  // its range: stage_round
+  in.min_confidence = to_float(min_confidence);
   const std::int32_t bucket = stage_round(executor_for(b->device), bufs, in);
   b->staged_bucket = bucket;
   return bucket;

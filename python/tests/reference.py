@@ -68,3 +68,16 @@ def random_round(cfg, rng: random.Random, bs: int = 0) -> Round:
 def random_req_to_token(cfg, rng: random.Random) -> List[List[int]]:
     return [[rng.randrange(0, cfg.kv_slots) for _ in range(cfg.max_context_len)]
             for _ in range(cfg.pool_rows)]
+
+
+def decided_depth(cfg, real_rows: int, max_depth: int, min_confidence: float,
+                  confidence_at_step: List[List[float]]) -> int:
+    """Section 10: the body runs once, then again while the step counter is below the round's
+    max_depth (0: num_steps) and some real row's confidence, written by the step just run,
+    reaches min_confidence. confidence_at_step[s][row] is what the forward writes at step s."""
+    limit = max_depth or cfg.num_steps
+    depth = 1
+    while depth < limit and any(c >= min_confidence
+                                for c in confidence_at_step[depth - 1][:real_rows]):
+        depth += 1
+    return depth

@@ -103,11 +103,6 @@ def test_draft_graphs_with_a_device_counter_replay_one_body_in_eager_mode():
     with pytest.raises(specgraph.InvalidArgument) as e:
         sgt.DraftGraphs(bufs, forward, req_to_token=r2t, round_graphs=True)
     assert e.value.field == "round_graphs"
-    deep = specgraph.make_plan(specgraph.DraftConfig(**dict(FIELDS, device_depth=True)))
-    with pytest.raises(specgraph.InvalidArgument) as e:
-        sgt.DraftGraphs(specgraph.buffers(deep, specgraph.host_arena(deep, framework="torch")),
-                        forward, req_to_token=r2t)
-    assert e.value.field == "device_depth"
 
 
 def test_device_step_ops_pass_opcheck():

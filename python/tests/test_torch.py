@@ -78,8 +78,8 @@ def op_args(plan, arena, bufs):
     r2t = torch.tensor(ref.random_req_to_token(cfg, rng), dtype=torch.int32)
     h = bufs.handle
     return r, r2t, [
-        (torch.ops.specgraph.stage_.default, (arena, h, 3, *tensors(r))),
-        (torch.ops.specgraph.stage_.default, (arena, h, 3, *tensors(r, torch.int32))),
+        (torch.ops.specgraph.stage_.default, (arena, h, 3, *tensors(r), 0, float("-inf"))),
+        (torch.ops.specgraph.stage_.default, (arena, h, 3, *tensors(r, torch.int32), 2, 0.5)),
         (torch.ops.specgraph.round_setup_.default, (arena, h, 5, r2t)),
         (torch.ops.specgraph.step_metadata_.default, (arena, h, 5, 2)),
         (torch.ops.specgraph.count_violations_.default,
@@ -311,7 +311,7 @@ def test_per_call_host_overhead_is_low():
 
     step_ffi = per_call(lambda: _ffi.step_metadata(bufs._obj, arena, 2, 0))
     step_op = per_call(lambda: specgraph.step_metadata_(bufs, 2, 0))
-    stage_ffi = per_call(lambda: _ffi.stage(bufs._obj, arena, 2, pool, seq, slots))
+    stage_ffi = per_call(lambda: _ffi.stage(bufs._obj, arena, 2, pool, seq, slots, 0, 0.0))
     stage_op = per_call(lambda: specgraph.stage_(bufs, 2, pool, seq, slots))
     print(f"\nper call (us): step_metadata_ ffi {step_ffi:.2f} torch.ops {step_op:.2f}; "
           f"stage_ ffi {stage_ffi:.2f} torch.ops {stage_op:.2f}")

@@ -274,3 +274,50 @@ def test_draft_graphs_with_a_device_counter_capture_one_graph_per_bucket():
             got = out[s, : bucket * cfg.topk].tolist()
             assert got == (want[s] if s < depth else [-1.0] * (bucket * cfg.topk)), f"step {s}"
         assert int(bufs.device_step[0]) == depth
+
+
+def test_draft_graphs_let_the_device_decide_the_depth():
+    plan, arena, bufs = cuda_bufs(device_steps=True, device_depth=True)
+    cfg = plan.config
+    rng = random.Random(6)
+    r2t_list = ref.random_req_to_token(cfg, rng)
+    r2t = torch.tensor(r2t_list, dtype=torch.int32, device="cuda")
+    page_value = torch.randint(0, 100, (cfg.kv_slots // cfg.page_size,), device="cuda").float()
+    out = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")
+    source = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")  # confidence per step
+    cols = torch.arange(cfg.num_steps + 1, device="cuda")
+
+    def forward(v: specgraph.StepView) -> None:
+        s = v.device_step.long()
+        mine = cols[None, :] <= s + 1
+        pages = torch.where(mine, v.expand_page_table.long(), torch.zeros_like(cols))
+        branch = (page_value[pages] * mine).sum(-1) + v.expand_cache_seqlen
+        prefix = page_value[v.prefix_page_table.long()].sum(-1) + v.prefix_seqlen
+        out[:, : v.rows].index_copy_(0, s, (branch + prefix.repeat_interleave(v.topk))[None])
+        v.confidence.copy_(source.index_select(0, s)[0, : v.rows])
+
+    graphs = sgt.DraftGraphs(bufs, forward, req_to_token=r2t)
+    assert graphs.capture().graphs == len(plan.buckets)  # one body (and round) per bucket
+    depths = set()
+    for _ in range(24):
+        r = ref.random_round(cfg, rng)
+        max_depth = rng.randint(0, cfg.num_steps)
+        min_confidence = rng.choice([0.0, 0.5, 1.0])
+        levels = [[rng.choice([0.0, 0.5, 1.0]) for _ in range(plan.max_rows)]
+                  for _ in range(cfg.num_steps)]
+        bucket = graphs.stage_(r.bs, *inputs(r), max_depth, min_confidence)
+        real_rows = r.bs * cfg.topk
+        levels = [row[:real_rows] + [1.0] * (plan.max_rows - real_rows) for row in levels]
+        source.copy_(torch.tensor(levels))
+        out.fill_(-1)
+        graphs.run_round()  # one launch
+        torch.cuda.synchronize()
+        depth = ref.decided_depth(cfg, real_rows, max_depth, min_confidence, levels)
+        assert int(graphs.depth[0]) == depth
+        want = expected(cfg, bucket, r, r2t_list, page_value)
+        for s in range(cfg.num_steps):
+            got = out[s, : bucket * cfg.topk].tolist()
+            assert got == (want[s] if s < depth else [-1.0] * (bucket * cfg.topk)), f"step {s}"
+        depths.add(depth)
+    assert depths == set(range(1, cfg.num_steps + 1))
+    specgraph.check_guards(bufs)
