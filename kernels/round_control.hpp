@@ -1,5 +1,5 @@
 // Per-row code of the device step counter and the device-decided round depth
-// (docs/metadata.md section 10). Host+device.
+// (docs/device-rounds.md). Host+device.
 #pragma once
 
 #include <cstdint>

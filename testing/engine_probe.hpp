@@ -48,8 +48,8 @@ struct engine_probe_kernel {
   }
 };
 
-// A stand-in for the forward's confidence signal (device-decided depth, docs/metadata.md
-// section 10): each row's confidence for the step the device counter is at, from a table the
+// A stand-in for the forward's confidence signal (device-decided depth, docs/device-rounds.md):
+// each row's confidence for the step the device counter is at, from a table the
 // test fills per round, source[step][row].
 struct confidence_probe_kernel {
   struct params {

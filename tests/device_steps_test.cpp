@@ -1,4 +1,4 @@
-// The device step counter and the device-decided round depth (docs/metadata.md section 10), on
+// The device step counter and the device-decided round depth (docs/device-rounds.md), on
 // every executor: one graph per bucket replayed step after step gives the same tables and
 // forward inputs as the independent model; the seed bug is refused exactly as in per-step mode;
 // a round graph whose WHILE node runs while a real row is confident runs exactly the depth the

@@ -46,8 +46,8 @@ struct expand_params {
   // are checked against the branch allocation of section 1. Null disables the check. A pointer
   // (not a value) so a captured graph checks whatever real batch was staged for the round.
   const std::int32_t* layout_check_batch = nullptr;
-  // Device step counter (section 10): when set, the step s is read from here at run time and
-  // decode_length = s + 1, capacity = s + 2 and the guard word guard[s] follow from it
+  // Device step counter (docs/device-rounds.md): when set, the step s is read from here at run time
+  // and decode_length = s + 1, capacity = s + 2 and the guard word guard[s] follow from it
   // (decode_length and capacity above are ignored); slots_read 0 means d. s must lie in
   // [0, device_steps), else row 0 records bad_input in guard[0] and nothing is written.
   const std::int32_t* device_step = nullptr;

@@ -60,8 +60,8 @@ struct round_inputs {
   index_array req_pool_index;                   // [batch], int32 or int64
   index_array seq_len;                          // [batch], int32 or int64
   const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][num_steps]
-  // device_depth mode (section 10): the round stops after max_depth steps (0: num_steps) or as
-  // soon as no real row's confidence reaches min_confidence.
+  // device_depth mode (docs/device-rounds.md): the round stops after max_depth steps (0: num_steps)
+  // or as soon as no real row's confidence reaches min_confidence.
   std::int32_t max_depth = 0;
   float min_confidence = -std::numeric_limits<float>::infinity();
 };
@@ -116,7 +116,7 @@ void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, st
 // invalid_argument when the config has no sparse settings or the stage is malformed.
 void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stage);
 
-// ---- device step counter (config.device_steps; docs/metadata.md section 10) -----------------
+// ---- device step counter (config.device_steps; docs/device-rounds.md) -----------------
 // In this mode setup_round runs only while the device step counter is 0 (its kernels check it),
 // so one graph per bucket holds a whole step: setup_round, step_metadata_at_device_step, the
 // forward, advance_step. Staging resets the counter to 0.

@@ -53,7 +53,7 @@ struct draft_config {
   // round is a single graph launch instead of num_steps; run_round(num_steps) then uses it.
   // Doubles the graphs captured; the per-step graphs stay (adaptive depth, replay(s)).
   bool round_graphs = false;
-  // Device step counter (docs/metadata.md section 10): one graph per bucket holds one step; the
+  // Device step counter (docs/device-rounds.md): one graph per bucket holds one step; the
   // kernels read the step from a device word the graph advances, so the same graph is replayed
   // depth times. The expand table is one buffer num_steps + 1 wide, but step s may still write
   // only its first s + 2 columns and reads only d = s + 1 slots. Captures buckets graphs instead

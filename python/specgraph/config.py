@@ -63,7 +63,7 @@ class DraftConfig:
     checked: bool = False
     # Capture one whole-round graph per bucket too (DraftGraphs: a full round is one replay).
     round_graphs: bool = False
-    # Device step counter / device-decided depth (docs/metadata.md section 10; C++ driver only).
+    # Device step counter / device-decided depth (docs/device-rounds.md).
     device_steps: bool = False
     device_depth: bool = False
 

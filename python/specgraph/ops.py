@@ -106,7 +106,7 @@ def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
     "seq_lens[3]", nothing written); device memory: by the kernels (bad_input guard words).
 
     max_depth (0: num_steps, else 1..num_steps) and min_confidence are the round's controls in
-    device_depth mode (docs/metadata.md section 10): the round stops after max_depth steps or
+    device_depth mode (docs/device-rounds.md): the round stops after max_depth steps or
     once no real row's confidence reaches min_confidence.
     """
     if bufs.handle:
@@ -142,7 +142,7 @@ def step_metadata_(bufs: Buffers, bucket: int, step: int) -> None:
 
 
 def step_metadata_device_(bufs: Buffers, bucket: int) -> None:
-    """device_steps mode (docs/metadata.md section 10): the expand metadata of whatever step the
+    """device_steps mode (docs/device-rounds.md): the expand metadata of whatever step the
     device counter (bufs.device_step) is at: d = step + 1 slots read, d + 1 columns written of
     the one shared table, the step's guard word. Current stream; no sync; capture-safe."""
     if bufs.handle:
@@ -162,7 +162,7 @@ def advance_step_(bufs: Buffers) -> None:
 
 
 class RoundGraph:
-    """One bucket's device-decided round (device_depth; docs/metadata.md section 10): a copy of
+    """One bucket's device-decided round (device_depth; docs/device-rounds.md): a copy of
     the step body the engine captured with torch.cuda.graph inside a WHILE node whose condition
     kernel continues while the step is below the staged max_depth and a real row's confidence
     reaches min_confidence. The body's memory (its torch graph pool) must stay valid: keep the

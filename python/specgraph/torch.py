@@ -10,7 +10,7 @@
 
 graph(B, s) = [round_setup_ (step 0 only)] + [step_metadata_(s)] + [forward(view(B, s))], the same
 sequence the C++ draft_runtime captures; with round_graphs a whole round is one more graph per
-bucket. With a device step counter (DraftConfig(device_steps=True), docs/metadata.md section 10)
+bucket. With a device step counter (DraftConfig(device_steps=True), docs/device-rounds.md)
 one graph per bucket holds one step, [round_setup_ (runs on the device at step 0 only)] +
 [step_metadata_device_] + [forward(view(B, 0))] + [advance_step_], replayed depth times: the
 forward reads the step from view.device_step. With the device-decided depth

@@ -169,7 +169,7 @@ void step_metadata_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                 int32_arg("step", step));
 }
 
-// device_steps mode: the step is the device counter's (docs/metadata.md section 10).
+// device_steps mode: the step is the device counter's (docs/device-rounds.md).
 void step_metadata_device_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket) {
   op_range r(op_id::step_metadata_device);
   const draft_buffers bufs = buffers_of(b, arena);

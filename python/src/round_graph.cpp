@@ -1,4 +1,4 @@
-// The device-decided depth from Python (docs/metadata.md section 10). torch.cuda.graph records no
+// The device-decided depth from Python (docs/device-rounds.md). torch.cuda.graph records no
 // conditional WHILE node, so the engine captures the step body with torch (one graph per bucket:
 // round_setup_, step_metadata_device_, its forward, advance_step_) and specgraph wraps a copy of
 // that graph into the round: WHILE { body; continue_while_confident } (ops.hpp,

@@ -1,4 +1,4 @@
-"""The device-decided depth from Python (docs/metadata.md section 10) on the host path: the round's
+"""The device-decided depth from Python (docs/device-rounds.md) on the host path: the round's
 condition kernel against an independent reference, the round controls' checks, and DraftGraphs
 running a device_depth round eagerly: the depth the device decides, and every step's tables."""
 

@@ -1,4 +1,4 @@
-"""The device step counter from Python (docs/metadata.md section 10), on the host path: the same
+"""The device step counter from Python (docs/device-rounds.md), on the host path: the same
 op sequence replayed step after step, the step read from the arena's counter, equals the
 independent reference at every step; only staging resets the counter."""
 
