@@ -240,6 +240,25 @@ def test_capture_failed_names_bucket_and_step():
     torch.cuda.synchronize()  # the device and the stream stay usable
 
 
+def counter_forward(cfg, out, page_value, confidence_source=None):
+    """page_forward for one graph serving every step: the step is read on the device, and only
+    the columns of step s (the first s + 2) are its own. With confidence_source, each row's
+    confidence at step s is confidence_source[s][row]."""
+    cols = torch.arange(cfg.num_steps + 1, device="cuda")
+
+    def forward(v: specgraph.StepView) -> None:
+        s = v.device_step.long()
+        mine = cols[None, :] <= s + 1
+        pages = torch.where(mine, v.expand_page_table.long(), torch.zeros_like(cols))
+        branch = (page_value[pages] * mine).sum(-1) + v.expand_cache_seqlen
+        prefix = page_value[v.prefix_page_table.long()].sum(-1) + v.prefix_seqlen
+        out[:, : v.rows].index_copy_(0, s, (branch + prefix.repeat_interleave(v.topk))[None])
+        if confidence_source is not None:
+            v.confidence.copy_(confidence_source.index_select(0, s)[0, : v.rows])
+
+    return forward
+
+
 def test_draft_graphs_with_a_device_counter_capture_one_graph_per_bucket():
     plan, arena, bufs = cuda_bufs(device_steps=True)
     cfg = plan.config
@@ -248,19 +267,7 @@ def test_draft_graphs_with_a_device_counter_capture_one_graph_per_bucket():
     r2t = torch.tensor(r2t_list, dtype=torch.int32, device="cuda")
     page_value = torch.randint(0, 100, (cfg.kv_slots // cfg.page_size,), device="cuda").float()
     out = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")
-    cols = torch.arange(cfg.num_steps + 1, device="cuda")
-
-    def forward(v: specgraph.StepView) -> None:
-        # Captured once, run at every step: the step is read on the device, and only the
-        # columns of step s (the first s + 2) are its own.
-        s = v.device_step.long()
-        mine = cols[None, :] <= s + 1
-        pages = torch.where(mine, v.expand_page_table.long(), torch.zeros_like(cols))
-        branch = (page_value[pages] * mine).sum(-1) + v.expand_cache_seqlen
-        prefix = page_value[v.prefix_page_table.long()].sum(-1) + v.prefix_seqlen
-        out[:, : v.rows].index_copy_(0, s, (branch + prefix.repeat_interleave(v.topk))[None])
-
-    graphs = sgt.DraftGraphs(bufs, forward, req_to_token=r2t)
+    graphs = sgt.DraftGraphs(bufs, counter_forward(cfg, out, page_value), req_to_token=r2t)
     assert graphs.capture().graphs == len(plan.buckets)
     for _ in range(8):
         r = ref.random_round(cfg, rng)
@@ -285,18 +292,8 @@ def test_draft_graphs_let_the_device_decide_the_depth():
     page_value = torch.randint(0, 100, (cfg.kv_slots // cfg.page_size,), device="cuda").float()
     out = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")
     source = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")  # confidence per step
-    cols = torch.arange(cfg.num_steps + 1, device="cuda")
-
-    def forward(v: specgraph.StepView) -> None:
-        s = v.device_step.long()
-        mine = cols[None, :] <= s + 1
-        pages = torch.where(mine, v.expand_page_table.long(), torch.zeros_like(cols))
-        branch = (page_value[pages] * mine).sum(-1) + v.expand_cache_seqlen
-        prefix = page_value[v.prefix_page_table.long()].sum(-1) + v.prefix_seqlen
-        out[:, : v.rows].index_copy_(0, s, (branch + prefix.repeat_interleave(v.topk))[None])
-        v.confidence.copy_(source.index_select(0, s)[0, : v.rows])
-
-    graphs = sgt.DraftGraphs(bufs, forward, req_to_token=r2t)
+    graphs = sgt.DraftGraphs(bufs, counter_forward(cfg, out, page_value, source),
+                             req_to_token=r2t)
     assert graphs.capture().graphs == len(plan.buckets)  # one body (and round) per bucket
     depths = set()
     for _ in range(24):
