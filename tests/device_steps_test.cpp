@@ -103,6 +103,32 @@ TEST_P(DeviceSteps, OneGraphPerBucketMatchesTheModelAtEveryStep) {
   }
 }
 
+// The round setup is in the one graph but runs at step 0 only: rewriting the engine's
+// req_to_token after step 0 must not reach the round's prefix tables (they are step-invariant,
+// and a setup rerun at every step would also recount its guard violations). Fails with the
+// mutation counter-setup-every-step.
+TEST_P(DeviceSteps, TheRoundSetupRunsAtStepZeroOnly) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  sim_engine eng(*ex, counter_config(4), rng);
+  eng.rt().capture();
+  for (int round = 0; round < 6; ++round) {
+    const auto depth = static_cast<std::int32_t>(2 + rng() % 3);
+    const host_round r = eng.random_round(rng, static_cast<std::int32_t>(1 + rng() % 12));
+    eng.poison();
+    eng.rt().stage(r.inputs());
+    eng.rt().run_eager(0);
+    eng.overwrite_req_to_token(0x11);  // other pages (and slots past kv_slots)
+    for (std::int32_t s = 1; s < depth; ++s) eng.rt().run_eager(s);
+    ex->synchronize();
+    expect_counter_round_matches_model(eng, eng.model_of(r, depth), depth);
+    for (const guard_word& g : eng.rt().read_guards()) EXPECT_EQ(g.violations, 0) << describe(g);
+    eng.restore_req_to_token();
+    if (HasFailure()) return;
+  }
+}
+
 // The seed bug through the device-counter path: the full num_steps-wide row read at step 0 into
 // the shared table is refused and reported at column 2, capacity 2, as in per-step mode.
 TEST_P(DeviceSteps, TheSeedBugIsRefusedAtColumnTwoCapacityTwo) {

@@ -132,6 +132,14 @@ class sim_engine {
     ex_->fill_bytes(probe_out_.data(), 0xA5, probe_out_.size());
   }
   engine_tables tables() const { return engine_tables{device_rtt_.as<std::int32_t>()}; }
+  // The engine rewriting its req_to_token mid-round (every byte `value`), and back.
+  void overwrite_req_to_token(unsigned char value) {
+    ex_->fill_bytes(device_rtt_.data(), value, device_rtt_.size());
+  }
+  void restore_req_to_token() {
+    ex_->copy_to_device(device_rtt_.data(), req_to_token_.data(), device_rtt_.size());
+    ex_->synchronize();
+  }
   const std::vector<std::int32_t>& req_to_token() const { return req_to_token_; }
   const draft_config& config() const { return config_; }
 
