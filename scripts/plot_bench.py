@@ -75,7 +75,7 @@ def plot_metadata(rows, out):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ratios = {}
     for step, marker in ((0, "o"), (4, "s")):
-        for variant, style in (("fused", "-"), ("multipass", "--")):
+        for variant, style in (("fused", "-"), ("multipass", "--"), ("multipass_loops", ":")):
             pts = sorted((b["args"]["bucket"], seconds(b) * 1e6) for b in sel
                          if b["args"]["step"] == step and f"/{variant}/" in b["base"])
             if pts:
@@ -85,9 +85,13 @@ def plot_metadata(rows, out):
                  if b["args"]["step"] == step and "/fused/" in b["base"]}
         multi = {b["args"]["bucket"]: seconds(b) for b in sel
                  if b["args"]["step"] == step and "/multipass/" in b["base"]}
+        loops = {b["args"]["bucket"]: seconds(b) for b in sel
+                 if b["args"]["step"] == step and "/multipass_loops/" in b["base"]}
         for bucket in fused:
             if bucket in multi:
-                ratios[(bucket, step)] = multi[bucket] / fused[bucket]
+                ratios[(bucket, step)] = (multi[bucket] / fused[bucket],
+                                          loops[bucket] / fused[bucket] if bucket in loops
+                                          else float("nan"))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("bucket (requests), topk 8, page size 16")
@@ -101,15 +105,16 @@ def plot_metadata(rows, out):
 
 
 def plot_host_overhead(rows, out):
-    # replay/stage_and_replay/<executor> (one launch per step) and
-    # replay/stage_and_round_graph/<executor> (one whole-round launch).
+    # replay/stage_and_round/<mode>/<executor>: per_step (one launch per step), round_graphs
+    # (one whole-round launch), device_steps (one graph replayed per step), device_depth (one
+    # launch, the device decides the depth).
     sel = [b for b in rows if b["base"].startswith("replay/stage_and_")]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     table = []
     for variant in sorted({"/".join(b["base"].split("/")[1:]) for b in sel}):
-        label = variant.replace("stage_and_replay", "per-step graphs").replace(
-            "stage_and_round_graph", "round graph")
-        pts = sorted((b["args"]["bucket"], b["us_per_step"], b["us_stage"], b["us_replay"])
+        label = variant.replace("stage_and_round/", "")
+        pts = sorted((b["args"]["bucket"], b["us_per_step"], b["us_stage"], b["us_replay"],
+                      b.get("us_round_replay", 0.0))
                      for b in sel if b["base"].endswith("/" + variant))
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{label}: per step")
         ax.plot([p[0] for p in pts], [p[3] for p in pts], "--", marker=".",
@@ -184,20 +189,28 @@ def main():
     md = [f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
           f"{ctx.get('date', '')}; specgraph built Release (Google Benchmark's own library: "
           f"{ctx.get('library_build_type', '?')} build)", ""]
-    md += ["| expand metadata, topk 8, page size 16 | multi-pass / fused time |", "|---|---|"]
-    for (bucket, step), r in sorted(ratios.items()):
-        md.append(f"| bucket {bucket}, step {step} | {r:.2f}x |")
-    md += ["", "| graphs / executor | bucket | us per step | stage() us | launch us per step |",
-           "|---|---|---|---|---|"]
-    for kind, bucket, per_step, stage, replay in host:
-        md.append(f"| {kind} | {bucket} | {per_step:.3f} | {stage:.3f} | {replay:.3f} |")
+    md += ["| expand metadata, topk 8, page size 16 | multi-pass / fused time "
+           "| nested-loop passes / fused time (the conservative ratio) |", "|---|---|---|"]
+    for (bucket, step), (r, loops) in sorted(ratios.items()):
+        md.append(f"| bucket {bucket}, step {step} | {r:.2f}x | {loops:.2f}x |")
+    md += ["", "| mode / executor | bucket | us per step | stage() us | replay us per step "
+           "| replay us per round |", "|---|---|---|---|---|---|"]
+    for kind, bucket, per_step, stage, replay, per_round in host:
+        md.append(f"| {kind} | {bucket} | {per_step:.3f} | {stage:.3f} | {replay:.3f} "
+                  f"| {per_round:.3f} |")
     md += ["", "| bucket | mode | draft tokens/s at step 0 .. 4 |", "|---|---|---|"]
     for bucket, mode, pts in lines:
         md.append(f"| {bucket} | {mode} | " + ", ".join(f"{p[1]:,.0f}" for p in pts) + " |")
-    for b in graphs:
-        if b["base"].startswith("lifecycle/capture_table/"):
-            md.append(f"\nCapture + instantiate of the whole default table ({b['base'].split('/')[-1]}, "
-                      f"{int(b.get('graphs', 0))} graphs, metadata kernels only): {seconds(b) * 1e3:.2f} ms")
+    table = [b for b in graphs if b["base"].startswith("lifecycle/capture_table/")]
+    if table:
+        md += ["", "Capture + instantiate of the whole default table (buckets up to 256, 5 steps, "
+               "metadata kernels only):", "",
+               "| mode / executor | graphs | nodes | ms | graph device bytes |",
+               "|---|---|---|---|---|"]
+        for b in table:
+            md.append(f"| {'/'.join(b['base'].split('/')[2:])} | {int(b.get('graphs', 0))} | "
+                      f"{int(b.get('graph_nodes', 0))} | {seconds(b) * 1e3:.2f} | "
+                      f"{int(b.get('graph_device_bytes', 0)):,} |")
     for name in ("peer-torch.json", "peer_torch.json"):
         if os.path.exists(os.path.join(results, name)):
             with open(os.path.join(results, name)) as f:
