@@ -13,6 +13,12 @@ reference that gathers keys by position (req_to_token and out_cache_loc), never 
 table.
 
     python examples/torch_draft_loop.py [--rounds N] [--max-batch N] [--seed N]
+    python examples/torch_draft_loop.py --device-depth [--min-confidence P]
+
+--device-depth captures one step per bucket (the step read from the device counter) and lets the
+device decide each round's depth (docs/device-rounds.md): the forward writes each row's top
+softmax probability as its confidence, and the round continues while a real row's reaches
+--min-confidence, up to the round's max_depth; one launch per round.
 
 Without a GPU it says so and exits 0 (1 with REQUIRE_GPU=1). --device cpu runs the same loop
 eagerly on the CPU (no graphs), for debugging.
@@ -51,6 +57,9 @@ def parse():
     p.add_argument("--verify-every", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--device-depth", action="store_true")
+    p.add_argument("--min-confidence", type=float, default=0.013,
+                   help="the toy model is near-uniform over its vocabulary (1/128 = 0.008)")
     return p.parse_args()
 
 
@@ -88,7 +97,8 @@ class Engine:
         a = self.a
         return specgraph.DraftConfig(max_batch=a.max_batch, topk=a.topk, num_steps=a.steps,
                                      page_size=a.page_size, max_context_len=a.max_context,
-                                     pool_rows=self.pool_rows, kv_slots=self.kv_slots)
+                                     pool_rows=self.pool_rows, kv_slots=self.kv_slots,
+                                     device_steps=a.device_depth, device_depth=a.device_depth)
 
     def new_round(self, bs):
         """Picks bs requests, lays out their branch pages (copying each partial last page) and
@@ -114,7 +124,9 @@ class Engine:
     def forward(self, tokens, attn_out):
         """The draft step's forward over the StepView: reads tokens[step], writes K/V at the
         step's slots, attends (prefix pass + branch pass + merge) and writes the argmax to
-        tokens[step + 1]. Only torch ops on the current stream, static shapes: capturable."""
+        tokens[step + 1]. Only torch ops on the current stream, static shapes: capturable. With
+        --device-depth one forward serves every step: the step is a device tensor, read and
+        written through index_select / index_copy_, and the confidence is written too."""
         a, ps, H, D = self.a, self.a.page_size, self.a.heads, self.a.head_dim
         kp = self.k_cache.view(-1, ps, H, D)
         vp = self.v_cache.view(-1, ps, H, D)
@@ -128,10 +140,17 @@ class Engine:
             return torch.einsum("...hn,...nhd->...hd", p, v), lse
 
         def forward(view: specgraph.StepView) -> None:
-            rows, s, bucket = view.rows, view.step, view.bucket
-            x = self.embed[tokens[s, :rows]]
+            rows, bucket = view.rows, view.bucket
+            counter = view.device_step is not None
+            s = view.device_step.long() if counter else view.step
+            step_slots = view.out_cache_loc.reshape(rows, a.steps)
+            if counter:
+                x = self.embed[tokens.index_select(0, s)[0, :rows]]
+                slot = step_slots.index_select(1, s)[:, 0]
+            else:
+                x = self.embed[tokens[s, :rows]]
+                slot = step_slots[:, s]
             q, k, v = ((x @ w).view(rows, H, D) for w in (self.wq, self.wk, self.wv))
-            slot = view.out_cache_loc.reshape(rows, a.steps)[:, s]
             self.k_cache[slot] = k
             self.v_cache[slot] = v
             pre = view.prefix_page_table.long()  # [bucket, cap]
@@ -140,7 +159,9 @@ class Engine:
             n = torch.arange(pk.shape[1], device=x.device)
             o1, l1 = attend(q.view(bucket, a.topk, H, D), pk.unsqueeze(1), pv.unsqueeze(1),
                             (n < view.prefix_seqlen.unsqueeze(-1)).unsqueeze(1))
-            br = view.expand_page_table.long()  # [rows, d + 1]
+            # [rows, d + 1]; with the counter [rows, num_steps + 1], the columns past the step's
+            # d + 1 stale but never valid: the cache_seqlen mask below ends before them.
+            br = view.expand_page_table.long()
             bk, bv = kp[br].reshape(rows, -1, H, D), vp[br].reshape(rows, -1, H, D)
             m = torch.arange(bk.shape[1], device=x.device)
             o2, l2 = attend(q, bk, bv, m < view.expand_cache_seqlen.unsqueeze(-1))
@@ -148,8 +169,14 @@ class Engine:
             top = torch.maximum(l1, l2)
             w1, w2 = torch.exp(l1 - top).unsqueeze(-1), torch.exp(l2 - top).unsqueeze(-1)
             o = (o1 * w1 + o2 * w2) / (w1 + w2)
-            attn_out[s, :rows] = o
-            tokens[s + 1, :rows] = (o.reshape(rows, H * D) @ self.w_out).argmax(-1)
+            logits = o.reshape(rows, H * D) @ self.w_out
+            if counter:
+                attn_out[:, :rows].index_copy_(0, s, o[None])
+                tokens[:, :rows].index_copy_(0, s + 1, logits.argmax(-1)[None])
+                view.confidence.copy_(torch.softmax(logits, -1).amax(-1))
+            else:
+                attn_out[s, :rows] = o
+                tokens[s + 1, :rows] = logits.argmax(-1)
 
         return forward
 
@@ -206,20 +233,36 @@ def main():
     print(report.line())
     gen = random.Random(a.seed + 1)
     worst, verified, seconds, steps_run = 0.0, 0, 0.0, 0
+    depths = [0] * (a.steps + 1)  # device_depth: how often each depth was decided
+    early = 0  # device_depth: rounds the confidence stopped before the host's cap
     for rnd in range(a.rounds):
         bs, depth = gen.randint(1, a.max_batch), gen.randint(1, a.steps)
         rows, seqs, slots, used = eng.new_round(bs)
         dv = lambda x: torch.tensor(x, device=dev)  # noqa: E731
-        graphs.stage_(bs, dv(rows), dv(seqs), dv(slots))
+        if a.device_depth:  # the host's cap on the depth; the device may stop earlier
+            graphs.stage_(bs, dv(rows), dv(seqs), dv(slots), depth, a.min_confidence)
+        else:
+            graphs.stage_(bs, dv(rows), dv(seqs), dv(slots))
         tokens[0, : bs * a.topk] = torch.tensor([gen.randrange(a.vocab) for _ in
                                                  range(bs * a.topk)], device=dev)
         if a.device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        graphs.run_round(depth)
+        graphs.run_round(None if a.device_depth else depth)
         if a.device == "cuda":
             torch.cuda.synchronize()
         seconds += time.perf_counter() - t0
+        if a.device_depth:
+            decided = int(graphs.depth[0])
+            # Stopping early means no real row's last confidence reached the threshold.
+            last = float(bufs.confidence[: bs * a.topk].max())
+            if not 1 <= decided <= depth or (decided < depth and last >= a.min_confidence):
+                print(f"round {rnd}: the device ran {decided} of at most {depth} steps with a "
+                      f"last confidence of {last}")
+                return 1
+            early += decided < depth
+            depth = decided
+            depths[depth] += 1
         steps_run += depth
         if rnd % a.verify_every == 0:
             worst = max(worst, eng.reference(rows, seqs, slots, tokens, attn_out, depth))
@@ -227,6 +270,10 @@ def main():
         eng.free += used
     specgraph.check_guards(bufs)
     tol = 1e-4
+    if a.device_depth:
+        print("depths decided on the device (min confidence "
+              f"{a.min_confidence}): " + ", ".join(f"{d}: {n}" for d, n in enumerate(depths) if n)
+              + f"; {early} of {a.rounds} rounds stopped before the host's cap")
     print(f"rounds: {a.rounds}, {steps_run} steps replayed, {1e3 * seconds / steps_run:.3f} ms "
           f"per step (host-timed, synchronised)")
     status = "PASSED" if worst <= tol else "FAILED"

@@ -19,3 +19,18 @@ def test_the_torch_example_verifies_on_cpu():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verification: 4 rounds against a float64 dense reference" in done.stdout, done.stdout
     assert done.stdout.rstrip().endswith("PASSED"), done.stdout
+
+
+def test_the_torch_example_lets_the_device_decide_the_depth_on_cpu():
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "torch_draft_loop.py"),
+                           "--device", "cpu", "--device-depth", "--rounds", "8",
+                           "--verify-every", "2"],
+                          capture_output=True, text=True, timeout=300, cwd=str(ROOT))
+    assert done.returncode == 0, done.stdout + done.stderr
+    decided = [line for line in done.stdout.splitlines() if line.startswith("depths decided")]
+    assert len(decided) == 1, done.stdout
+    histogram, early = decided[0].split("): ")[1].split("; ")
+    assert sum(int(pair.split(": ")[1]) for pair in histogram.split(", ")) == 8, decided
+    # Seed 1's confidences stop some rounds early: the device, not the cap, decided them.
+    assert 1 <= int(early.split(" of ")[0]) < 8, decided
+    assert done.stdout.rstrip().endswith("PASSED"), done.stdout
