@@ -128,15 +128,29 @@ def expected(cfg, bucket, r, r2t_list, page_value):
     return rows
 
 
-@pytest.mark.parametrize("round_graphs", [False, True])
-def test_draft_graphs_over_a_torch_forward_with_a_shared_pool(round_graphs):
-    plan, arena, bufs = cuda_bufs(round_graphs=round_graphs)
+def page_world(plan, seed):
+    """What the page_forward tests share: the config, a seeded rng, req_to_token (as a list for
+    the reference, on the GPU for the ops), a value per page and the forward's output per step."""
     cfg = plan.config
-    rng = random.Random(4)
+    rng = random.Random(seed)
     r2t_list = ref.random_req_to_token(cfg, rng)
     r2t = torch.tensor(r2t_list, dtype=torch.int32, device="cuda")
     page_value = torch.randint(0, 100, (cfg.kv_slots // cfg.page_size,), device="cuda").float()
     out = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")
+    return cfg, rng, r2t_list, r2t, page_value, out
+
+
+def expect_steps_run(out, want, rows, num_steps, depth):
+    """Steps below depth wrote the reference's rows; the steps after did not run (out was -1)."""
+    for s in range(num_steps):
+        got = out[s, :rows].tolist()
+        assert got == (want[s] if s < depth else [-1.0] * rows), f"step {s} of depth {depth}"
+
+
+@pytest.mark.parametrize("round_graphs", [False, True])
+def test_draft_graphs_over_a_torch_forward_with_a_shared_pool(round_graphs):
+    plan, arena, bufs = cuda_bufs(round_graphs=round_graphs)
+    cfg, rng, r2t_list, r2t, page_value, out = page_world(plan, 4)
     pool = torch.cuda.graph_pool_handle()
     barriers = []
     graphs = sgt.DraftGraphs(bufs, page_forward(out, page_value), req_to_token=r2t, pool=pool,
@@ -188,12 +202,7 @@ def test_no_allocation_during_replay():
 
 def test_a_padded_bucket_is_reset_between_rounds():
     plan, arena, bufs = cuda_bufs()
-    cfg = plan.config
-    rng = random.Random(6)
-    r2t_list = ref.random_req_to_token(cfg, rng)
-    r2t = torch.tensor(r2t_list, dtype=torch.int32, device="cuda")
-    page_value = torch.randint(0, 100, (cfg.kv_slots // cfg.page_size,), device="cuda").float()
-    out = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")
+    cfg, rng, r2t_list, r2t, page_value, out = page_world(plan, 6)
     graphs = sgt.DraftGraphs(bufs, page_forward(out, page_value), req_to_token=r2t)
     graphs.capture()
     full = ref.random_round(cfg, rng, bs=8)
@@ -261,12 +270,7 @@ def counter_forward(cfg, out, page_value, confidence_source=None):
 
 def test_draft_graphs_with_a_device_counter_capture_one_graph_per_bucket():
     plan, arena, bufs = cuda_bufs(device_steps=True)
-    cfg = plan.config
-    rng = random.Random(5)
-    r2t_list = ref.random_req_to_token(cfg, rng)
-    r2t = torch.tensor(r2t_list, dtype=torch.int32, device="cuda")
-    page_value = torch.randint(0, 100, (cfg.kv_slots // cfg.page_size,), device="cuda").float()
-    out = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")
+    cfg, rng, r2t_list, r2t, page_value, out = page_world(plan, 5)
     graphs = sgt.DraftGraphs(bufs, counter_forward(cfg, out, page_value), req_to_token=r2t)
     assert graphs.capture().graphs == len(plan.buckets)
     for _ in range(8):
@@ -277,20 +281,13 @@ def test_draft_graphs_with_a_device_counter_capture_one_graph_per_bucket():
         graphs.run_round(depth)
         torch.cuda.synchronize()
         want = expected(cfg, bucket, r, r2t_list, page_value)
-        for s in range(cfg.num_steps):
-            got = out[s, : bucket * cfg.topk].tolist()
-            assert got == (want[s] if s < depth else [-1.0] * (bucket * cfg.topk)), f"step {s}"
+        expect_steps_run(out, want, bucket * cfg.topk, cfg.num_steps, depth)
         assert int(bufs.device_step[0]) == depth
 
 
 def test_draft_graphs_let_the_device_decide_the_depth():
     plan, arena, bufs = cuda_bufs(device_steps=True, device_depth=True)
-    cfg = plan.config
-    rng = random.Random(6)
-    r2t_list = ref.random_req_to_token(cfg, rng)
-    r2t = torch.tensor(r2t_list, dtype=torch.int32, device="cuda")
-    page_value = torch.randint(0, 100, (cfg.kv_slots // cfg.page_size,), device="cuda").float()
-    out = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")
+    cfg, rng, r2t_list, r2t, page_value, out = page_world(plan, 6)
     source = torch.zeros(cfg.num_steps, plan.max_rows, device="cuda")  # confidence per step
     graphs = sgt.DraftGraphs(bufs, counter_forward(cfg, out, page_value, source),
                              req_to_token=r2t)
@@ -312,9 +309,7 @@ def test_draft_graphs_let_the_device_decide_the_depth():
         depth = ref.decided_depth(cfg, real_rows, max_depth, min_confidence, levels)
         assert int(graphs.depth[0]) == depth
         want = expected(cfg, bucket, r, r2t_list, page_value)
-        for s in range(cfg.num_steps):
-            got = out[s, : bucket * cfg.topk].tolist()
-            assert got == (want[s] if s < depth else [-1.0] * (bucket * cfg.topk)), f"step {s}"
+        expect_steps_run(out, want, bucket * cfg.topk, cfg.num_steps, depth)
         depths.add(depth)
     assert depths == set(range(1, cfg.num_steps + 1))
     specgraph.check_guards(bufs)
