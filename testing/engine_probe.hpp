@@ -32,8 +32,12 @@ struct engine_probe_kernel {
     std::int32_t capacity = p.expand_capacity;
     std::int64_t* out = p.out;
     if (p.device_step != nullptr) {
-      capacity = *p.device_step + 2;
-      out += *p.device_step * p.out_step_stride;
+      // As the metadata kernels do (and an engine's forward must): a counter outside
+      // [0, num_steps) is no step; write nothing. The shared table is num_steps + 1 wide.
+      const std::int32_t step = *p.device_step;
+      if (step < 0 || step > p.expand_stride - 2) return;
+      capacity = step + 2;
+      out += step * p.out_step_stride;
     }
     // FNV-1a, unsigned: wraparound is defined (signed overflow would be undefined).
     std::uint64_t h = 1469598103934665603ULL;

@@ -192,17 +192,17 @@ def kernels_seeds():
         write("kernels_fuzz", f"fallback-{seq}-{count}-{cap}", e.b)
 
 
-# ---- runtime_fuzz: config, executor, req_to_token, then operations ((op & 0x7f) % 13: 0 stage,
+# ---- runtime_fuzz: config, executor, req_to_token, then operations ((op & 0x7f) % 14: 0 stage,
 # 1 stage_device, 2 replay, 3 run_round, 4 run_eager, 5 capture, 6 capture with a failing
 # forward, 7 read_guards, 8 setup_round, 9 step_metadata, 10 stage_round, 11 run_round_on_device,
-# 12 a composed graph; op & 0x80 on a deferred executor: no arena snapshot, so work stays queued).
+# 12 a composed graph, 13 a composed device-depth round; op & 0x80 on a deferred executor: no arena snapshot, so work stays queued).
 # The switch is in runtime_fuzz.cpp (world::run_ops).
 PAGE_SIZES = [1, 2, 4, 8, 16, 3, 5, 7]
 
 
 class runtime_seed:
     def __init__(self, max_batch, topk, steps, ps, mcl, pool_rows, kv, options=0,
-                 deferred=False):
+                 deferred=False, modes=0):
         self.cfg = dict(max_batch=max_batch, topk=topk, steps=steps, ps=ps, mcl=mcl,
                         pool_rows=pool_rows, kv=kv)
         e = self.e = enc()
@@ -212,6 +212,7 @@ class runtime_seed:
         e.byte(0).small(kv, 1)
         e.byte(options)
         assert not options & (4 | 16)
+        e.byte(modes)  # 1 device_steps, 2 device_depth
         e.byte(1 if deferred else 0)
         for r in range(1, pool_rows):
             e.u16(1000 + 77 * r)
@@ -250,7 +251,7 @@ class runtime_seed:
         # replay / run_eager / step choices are value32(0, ...); run_round's depth value32(1, ...).
         self.e.byte(code)
         for v in values:
-            self.e.value(v, 1 if (code & 0x7F) % 12 == 3 else lo)
+            self.e.value(v, 1 if (code & 0x7F) % 14 == 3 else lo)
         return self
 
     def byte(self, v):
@@ -293,6 +294,13 @@ def runtime_seeds():
     s.stage_device(2, [1, 3], [8, 9], op=10)
     s.op(12).byte(0).value(1, 0).op(7)
     write("runtime_fuzz", "composable-ops", s.bytes())
+
+    # device_depth: the runtime's one-launch round, then the harness's own step body wrapped by
+    # capture_device_depth_round (op 13, bucket index 2: bucket 3 of 1..4).
+    s = runtime_seed(4, 2, 3, 4, 32, 5, 4096, modes=1 | 2)
+    s.op(5).stage([(1, 10), (2, 17), (3, 4)]).op(11)
+    s.stage([(4, 9), (1, 30), (2, 2)]).op(13).byte(2).op(7)
+    write("runtime_fuzz", "device-depth-rounds", s.bytes())
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ void world::run_ops() {
   for (int n = 0; n < 24 && !in_.empty(); ++n) {
     const std::uint8_t op = in_.byte();
     snapshot_ = (op & 0x80) == 0 || !deferred_;  // some ops keep deferred work in flight
-    switch ((op & 0x7f) % 13) {
+    switch ((op & 0x7f) % 14) {
       case 0: op_stage(); break;
       case 1: op_stage_device(false); break;
       case 2: op_replay(); break;
@@ -122,7 +122,8 @@ void world::run_ops() {
       case 9: op_step_metadata(); break;
       case 10: op_stage_device(true); break;
       case 11: op_run_round_on_device(); break;
-      default: op_composed_graph(); break;
+      case 12: op_composed_graph(); break;
+      default: op_composed_round(); break;
     }
   }
 }

@@ -91,6 +91,7 @@ class world {
   void op_setup_round();
   void op_step_metadata();
   void op_composed_graph();
+  void op_composed_round();
 
   reader& in_;
   specgraph::draft_config cfg_;
@@ -105,6 +106,7 @@ class world {
   std::vector<std::unique_ptr<device_inputs>> inputs_;
   std::vector<specgraph::event_handle> events_;
   staged_round staged_;
+  bool counter_spent_ = false;  // a composed round moved the device counter since staging
   std::unique_ptr<specgraph::draft_runtime> rt_;  // last: destroyed first
 };
 

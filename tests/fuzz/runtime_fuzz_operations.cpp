@@ -90,6 +90,7 @@ void world::op_stage() {
              rt_->staged_batch(), bucket, batch);
   staged_ = staged_round{};
   staged_.valid = true;
+  counter_spent_ = false;
   staged_.batch = batch;
   staged_.bucket = bucket;
   staged_.pool.assign(static_cast<std::size_t>(bucket), 0);
@@ -161,7 +162,10 @@ void world::op_stage_device(bool composable) {
   } else {
     ran = attempt("stage_device", [&] { rt_->stage_device(in); });
   }
-  if (ran) staged_.valid = false;  // not validated on the host: only the guards are checked
+  if (ran) {
+    staged_.valid = false;  // not validated on the host: only the guards are checked
+    counter_spent_ = false;
+  }
 }
 
 void world::op_replay() {
@@ -182,10 +186,12 @@ void world::op_run_round_on_device() {
   if (attempt(
           "run_round_on_device", [&] { rt_->run_round_on_device(); }, true)) {
     std::int32_t depth = 0;
-    if (snapshot_) {
+    if (snapshot_ && !counter_spent_) {
       depth = rt_->read_round_depth();
       FUZZ_CHECK(depth >= 1 && depth <= cfg_.num_steps, "device-decided depth %d", depth);
       check_round(0, depth - 1);
+    } else {
+      check_guards_now();  // a spent counter: steps outside [0, num_steps) write nothing
     }
   }
 }
@@ -247,6 +253,53 @@ void world::op_composed_graph() {
     ex_->launch_graph(*exec);
   });
   if (ran) check_guards_now();
+}
+
+// device_depth, composed: the harness captures a step body itself (setup_round, the step
+// metadata at the device step, its forward, advance_step), as an engine capturing with its own
+// tooling does, and capture_device_depth_round wraps it in the WHILE round; one launch. From a
+// freshly staged round (counter 0) the depth lies in [1, num_steps] and every step it ran must
+// equal the references; otherwise only the guards and the bounds are checked.
+void world::op_composed_round() {
+  const std::int32_t bucket = pick_bucket();
+  const specgraph::draft_buffers& b = rt_->buffers();
+  std::int32_t counter_before = -1;
+  if (snapshot_ && cfg_.device_steps) {
+    ex_->copy_to_host(&counter_before, b.device_step(), sizeof counter_before);
+  }
+  const bool ran = attempt("composed round", [&] {
+    std::unique_ptr<specgraph::graph> body;
+    ex_->begin_capture();
+    try {
+      specgraph::setup_round(*ex_, b, bucket, specgraph::engine_tables{rtt_->data()});
+      specgraph::step_metadata_at_device_step(*ex_, b, bucket);
+      specgraph::step_view v = b.view(bucket, 0);
+      v.ex = ex_.get();
+      forward(v);
+      specgraph::advance_step(*ex_, b);
+      body = ex_->end_capture();
+    } catch (...) {
+      ex_->abort_capture();
+      throw;
+    }
+    const std::unique_ptr<specgraph::graph> round =
+        specgraph::capture_device_depth_round(*ex_, b, bucket, *body);
+    const std::unique_ptr<specgraph::graph_exec> exec = ex_->instantiate(*round);
+    ex_->launch_graph(*exec);
+  });
+  if (!ran) return;
+  if (counter_before == 0 && staged_.valid && staged_.bucket == bucket) {
+    std::int32_t depth = 0;
+    ex_->copy_to_host(&depth, b.device_step(), sizeof depth);
+    FUZZ_CHECK(depth >= 1 && depth <= cfg_.num_steps, "composed round ran %d steps", depth);
+    check_round(0, depth - 1);
+  } else {
+    check_guards_now();
+  }
+  // The round is spent: its counter moved behind the runtime's back (only staging resets it),
+  // so a later runtime round of the same staging has nothing to compare with.
+  staged_.valid = false;
+  counter_spent_ = true;
 }
 
 }  // namespace specgraph::fuzz::runtime_harness
