@@ -12,7 +12,7 @@
 
 #include "specgraph/runtime.hpp"
 #include "testing/branch_layout.hpp"
-#include "testing/engine_probe.hpp"
+#include "testing/probe_forward.hpp"
 #include "testing/reference_round.hpp"
 #include "tests/test_support.hpp"
 
@@ -70,20 +70,7 @@ class sim_engine {
   // `out_step_stride` places step s's output at out + s * stride (device step counter mode).
   static void probe_forward(executor& ex, const step_view& v, std::int64_t* out,
                             std::int64_t out_step_stride = 0) {
-    engine_probe_kernel::params p{};
-    p.expand_stride = v.expand_stride;
-    p.device_step = v.device_step;
-    p.out_step_stride = out_step_stride;
-    p.expand_table = v.expand_page_table;
-    p.expand_capacity = v.expand_capacity;
-    p.expand_cache_seqlen = v.expand_cache_seqlen;
-    p.prefix_table = v.prefix_page_table;
-    p.prefix_stride = v.prefix_stride;
-    p.prefix_capacity = v.prefix_capacity;
-    p.prefix_seqlen = v.prefix_seqlen;
-    p.topk = v.topk;
-    p.out = out;
-    ex.launch(make_kernel_launch<engine_probe_kernel>(p, v.rows, engine_probe_cuda()));
+    launch_engine_probe(ex, v, out, out_step_stride);
   }
 
   std::size_t probe_stride() const {

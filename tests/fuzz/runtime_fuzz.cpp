@@ -31,7 +31,7 @@
 #include "specgraph/executor.hpp"
 #include "specgraph/plan.hpp"
 #include "specgraph/runtime.hpp"
-#include "testing/engine_probe.hpp"
+#include "testing/probe_forward.hpp"
 #include "tests/fuzz/runtime_fuzz.hpp"
 
 namespace specgraph::fuzz::runtime_harness {
@@ -162,22 +162,9 @@ void world::make_req_to_token() {
 void world::forward(const specgraph::step_view& v) {
   if (forward_fails_ == 1) throw std::runtime_error("the engine's forward failed");
   if (forward_fails_ == 2) v.ex->synchronize();  // forbidden during capture
-  specgraph::testing::engine_probe_kernel::params p{};
-  p.expand_table = v.expand_page_table;
-  p.expand_capacity = v.expand_capacity;
-  p.expand_stride = v.expand_stride;
-  p.expand_cache_seqlen = v.expand_cache_seqlen;
-  p.prefix_table = v.prefix_page_table;
-  p.prefix_stride = v.prefix_stride;
-  p.prefix_capacity = v.prefix_capacity;
-  p.prefix_seqlen = v.prefix_seqlen;
-  p.topk = v.topk;
-  p.out = probe_->data() +
-          static_cast<std::size_t>(v.step) * static_cast<std::size_t>(rt_->plan().max_rows());
-  p.device_step = v.device_step;  // device_steps mode: the slice follows the device counter
-  p.out_step_stride = rt_->plan().max_rows();
-  v.ex->launch(specgraph::make_kernel_launch<specgraph::testing::engine_probe_kernel>(
-      p, v.rows, specgraph::testing::engine_probe_cuda()));
+  // device_steps mode: the output slice follows the device counter, max_rows apart.
+  const std::int64_t stride = rt_->plan().max_rows();
+  specgraph::testing::launch_engine_probe(*v.ex, v, probe_->data() + v.step * stride, stride);
 }
 
 std::vector<unsigned char> world::arena_bytes() {
