@@ -10,7 +10,9 @@ junit_counts() {
   local f=$1 p=$2 n=0 fl=0 e=0 s=0
   if [ -s "$f" ]; then
     local head
-    head=$(tr '\n\t' '  ' <"$f" | grep -m1 -oE '<testsuites? [^>]*>')
+    # The first element with totals: gtest's <testsuites>, pytest's <testsuite> (its <testsuites>
+    # root has none).
+    head=$(tr '\n\t' '  ' <"$f" | grep -oE '<testsuites? [^>]*>' | grep -m1 ' tests="')
     n=$(echo "$head" | grep -oE ' tests="[0-9]+"' | grep -oE '[0-9]+')
     fl=$(echo "$head" | grep -oE ' failures="[0-9]+"' | grep -oE '[0-9]+')
     e=$(echo "$head" | grep -oE ' errors="[0-9]+"' | grep -oE '[0-9]+')
