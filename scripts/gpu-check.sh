@@ -50,8 +50,9 @@ declare -A BUDGET=(
                       # tests: ~3 s of C++, torch import + CUDA context ~8 s
   [tests]=40          # every ctest test (not python.pytest), cuda instances included
   [run-compare]=15    # two small seeded simulated runs, ~1.5 s each on the host executor
-  [python]=55         # pytest: test_torch_cuda.py first (its own JUnit), then the rest
-  [torch-example]=25  # examples/torch_draft_loop.py, per-step then --device-depth
+  [python]=50         # pytest: test_torch_cuda.py first (its own JUnit), then the rest
+  [torch-example]=30  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
+                      # imports (~3 s each), captures, 12 rounds each
   [benchmarks]=45     # the selection in BENCH_RUNS (~60 cuda benchmarks at min_time 0.005 s)
   [peer-torch]=15     # bench/peer_torch.py at buckets 1, 64, 256
   [memcheck]=60       # cuda tests of the binaries that have some, 4 binaries at a time

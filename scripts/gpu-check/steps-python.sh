@@ -28,11 +28,12 @@ junit_counts() {
 
 # pytest_run SECONDS JUNIT ARGS...: pytest under the package's environment, interrupted at
 # SECONDS with SIGINT: pytest then stops like on Ctrl-C and still writes its JUnit file with the
-# tests it ran (a SIGTERM would lose them); killed 4 s later if it does not stop.
+# tests it ran (a SIGTERM would lose them); killed 5 s later if it does not stop (torch's
+# teardown can take that long after the JUnit file is written).
 pytest_run() {
   local seconds=$1 junit=$2
   shift 2
-  py_env timeout -s INT -k 4 "$seconds" python3 -m pytest -q -rs -p no:cacheprovider \
+  py_env timeout -s INT -k 5 "$seconds" python3 -m pytest -q -rs -p no:cacheprovider \
     --junitxml="$junit" "$@"
 }
 
@@ -101,7 +102,7 @@ step_python() {
   r=0
   pytest_run $((SG_BUDGET / 2)) "$SG_LOGS/pytest-gpu-junit.xml" python/tests/test_torch_cuda.py ||
     r=$?
-  [ $r = 124 ] && cut+=("test_torch_cuda.py cut short")
+  case $r in 124 | 137) cut+=("test_torch_cuda.py cut short") ;; esac
   [ $r = 0 ] || rc=1
   gpu=$(junit_counts "$SG_LOGS/pytest-gpu-junit.xml" gpu_)
   local left=$((SG_BUDGET - 6 - ($(date +%s) - t0)))
@@ -116,7 +117,7 @@ step_python() {
   else
     r=124
   fi
-  [ $r = 124 ] && cut+=("the rest cut short at $left s")
+  case $r in 124 | 137) cut+=("the rest cut short at $left s") ;; esac
   [ $r = 0 ] || rc=1
   rest=$(junit_counts "$SG_LOGS/pytest-junit.xml" "")
   note "test_torch_cuda.py: $gpu passed; the rest: $rest passed (no inductor, no example subprocess)${cut[*]:+; ${cut[*]}}"
