@@ -109,8 +109,17 @@ setup_tvm_ffi() {
     deps=(--find-links .whl)
   fi
   rm -rf "$target"
-  python3 -m pip install --no-index --disable-pip-version-check -q "${deps[@]}" --target "$target" \
-    "$wheel" && PYTHONPATH=$target python3 -c "import tvm_ffi" || return 1
+  if python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m pip install --no-index --disable-pip-version-check -q "${deps[@]}" \
+      --target "$target" "$wheel" || return 1
+  else  # no pip in the image: a wheel is a zip of the installed files
+    echo "no pip: unpacking the wheels into $target"
+    local w
+    for w in "$wheel" $([ "${deps[0]}" = --no-deps ] || ls .whl/typing_extensions-*.whl 2>/dev/null); do
+      python3 -m zipfile -e "$w" "$target" || return 1
+    done
+  fi
+  PYTHONPATH=$target python3 -c "import tvm_ffi" || return 1
   echo "$target" >"$SG_WORK/pydeps"
   count_str tvm_ffi bundled
 }
