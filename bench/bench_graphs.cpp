@@ -242,6 +242,33 @@ void stage_and_replay(benchmark::State& state, const std::string& kind, int grap
   state.SetLabel(mode_name(graph_mode));
 }
 
+// Device time of a whole round (kSteps steps, staged untimed) in each graph mode, same tables: the
+// device-depth round (one launch, a WHILE node deciding each next step) against per-step replay
+// (kSteps launches), a whole-round graph and the device step counter.
+void round_device_time(benchmark::State& state, const std::string& kind, int graph_mode) {
+  executor& ex = bench_executor(kind);
+  fixture& f = shared_fixture(kind, graph_mode);
+  const auto bucket = static_cast<std::int32_t>(state.range(0));
+  const round_inputs in = f.inputs(bucket);
+  device_clock clock;
+  for (auto _ : state) {
+    state.PauseTiming();
+    f.rt->stage(in);
+    ex.synchronize();
+    state.ResumeTiming();
+    state.SetIterationTime(clock(ex, [&] {
+      if (graph_mode == device_depth) {
+        f.rt->run_round_on_device();
+      } else {
+        f.rt->run_round(kSteps);
+      }
+    }));
+  }
+  clock.report(state);
+  state.SetLabel(mode_name(graph_mode));
+  state.SetItemsProcessed(state.iterations() * bucket * kTopk * kSteps);
+}
+
 // Device time of step s replayed as a graph vs the same kernels launched eagerly.
 void step_device_time(benchmark::State& state, const std::string& kind, bool eager) {
   executor& ex = bench_executor(kind);
@@ -274,46 +301,60 @@ void step_device_time(benchmark::State& state, const std::string& kind, bool eag
 int main(int argc, char** argv) {
   using namespace specgraph::bench;
   using benchmark::RegisterBenchmark;
+  load_modules_eagerly();
   std::vector<std::string> kinds = available_executors();
   for (const std::string& kind : kinds) {
     const std::vector<std::vector<std::int64_t>> one = {{1, 64, 256}, {0, 4}};
     RegisterBenchmark(("lifecycle/capture_one/" + kind).c_str(),
-                      [kind](benchmark::State& s) { capture_one(s, kind); })
+                      guarded([kind](benchmark::State& s) { capture_one(s, kind); }))
         ->ArgNames({"bucket", "step"})
         ->ArgsProduct(one)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
     RegisterBenchmark(("lifecycle/instantiate/" + kind).c_str(),
-                      [kind](benchmark::State& s) { instantiate(s, kind); })
+                      guarded([kind](benchmark::State& s) { instantiate(s, kind); }))
         ->ArgNames({"bucket", "step"})
         ->ArgsProduct(one)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
     RegisterBenchmark(("lifecycle/update/" + kind).c_str(),
-                      [kind](benchmark::State& s) { update(s, kind); })
+                      guarded([kind](benchmark::State& s) { update(s, kind); }))
         ->ArgNames({"bucket", "step"})
         ->ArgsProduct(one)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
     RegisterBenchmark(("lifecycle/upload/" + kind).c_str(),
-                      [kind](benchmark::State& s) { upload(s, kind); })
+                      guarded([kind](benchmark::State& s) { upload(s, kind); }))
         ->ArgNames({"bucket", "step"})
         ->ArgsProduct(one)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
-    for (const int mode : {per_step, device_steps, device_depth}) {
+    for (const int mode : {per_step, round_graphs, device_steps, device_depth}) {
       RegisterBenchmark(
           ("lifecycle/capture_table/" + std::string(mode_name(mode)) + "/" + kind).c_str(),
-          [kind, mode](benchmark::State& s) { capture_table(s, kind, mode); })
+          guarded([kind, mode](benchmark::State& s) { capture_table(s, kind, mode); }))
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }
     for (const bool eager : {false, true}) {
       RegisterBenchmark(
           ("replay/step_device_time/" + std::string(eager ? "eager/" : "graph/") + kind).c_str(),
-          [kind, eager](benchmark::State& s) { step_device_time(s, kind, eager); })
+          guarded([kind, eager](benchmark::State& s) { step_device_time(s, kind, eager); }))
           ->ArgNames({"bucket", "step"})
           ->ArgsProduct({{1, 8, 64, 256}, {0, 4}})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (const std::string& kind : kinds) {
+    for (const int mode : {per_step, round_graphs, device_steps, device_depth}) {
+      RegisterBenchmark(
+          ("replay/round_device_time/" + std::string(mode_name(mode)) + "/" + kind).c_str(),
+          guarded([kind, mode](benchmark::State& s) { round_device_time(s, kind, mode); }))
+          ->ArgNames({"bucket"})
+          ->Arg(1)
+          ->Arg(64)
+          ->Arg(256)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }
@@ -323,7 +364,7 @@ int main(int argc, char** argv) {
     for (const int mode : {per_step, round_graphs, device_steps, device_depth}) {
       RegisterBenchmark(
           ("replay/stage_and_round/" + std::string(mode_name(mode)) + "/" + kind).c_str(),
-          [kind, mode](benchmark::State& s) { stage_and_replay(s, kind, mode); })
+          guarded([kind, mode](benchmark::State& s) { stage_and_replay(s, kind, mode); }))
           ->ArgNames({"bucket"})
           ->Arg(1)
           ->Arg(8)

@@ -238,30 +238,33 @@ void sparse_benchmark(benchmark::State& state, const std::string& kind) {
 
 int main(int argc, char** argv) {
   using namespace specgraph::bench;
+  load_modules_eagerly();
   for (const std::string& kind : available_executors()) {
     for (const bool fused : {true, false}) {
       benchmark::RegisterBenchmark(
           ("expand/" + std::string(fused ? "fused" : "multipass") + "/" + kind).c_str(),
-          [kind, fused](benchmark::State& s) { expand_benchmark(s, kind, fused); })
+          guarded([kind, fused](benchmark::State& s) { expand_benchmark(s, kind, fused); }))
           ->ArgNames({"bucket", "topk", "page_size", "step"})
           ->ArgsProduct({{1, 8, 64, 256}, {1, 4, 8}, {1, 16, 64}, {0, 4}})
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }
     if (kind == "host") {
-      benchmark::RegisterBenchmark("expand/multipass_loops/host", expand_loops_benchmark)
+      benchmark::RegisterBenchmark("expand/multipass_loops/host", guarded(expand_loops_benchmark))
           ->ArgNames({"bucket", "topk", "page_size", "step"})
           ->ArgsProduct({{1, 8, 64, 256}, {1, 4, 8}, {1, 16, 64}, {0, 4}})
           ->Unit(benchmark::kMicrosecond);
     }
-    benchmark::RegisterBenchmark(("prefix/" + kind).c_str(),
-                                 [kind](benchmark::State& s) { prefix_benchmark(s, kind); })
+    benchmark::RegisterBenchmark(("prefix/" + kind).c_str(), guarded([kind](benchmark::State& s) {
+                                   prefix_benchmark(s, kind);
+                                 }))
         ->ArgNames({"bucket", "page_size"})
         ->ArgsProduct({{1, 8, 64, 256}, {1, 16}})
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark(("sparse_stage/" + kind).c_str(),
-                                 [kind](benchmark::State& s) { sparse_benchmark(s, kind); })
+    benchmark::RegisterBenchmark(
+        ("sparse_stage/" + kind).c_str(),
+        guarded([kind](benchmark::State& s) { sparse_benchmark(s, kind); }))
         ->ArgNames({"heads", "size"})
         ->ArgsProduct({{8, 32, 128}, {4, 64}})
         ->UseManualTime()

@@ -4,6 +4,8 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,6 +14,29 @@
 #include "specgraph/executor.hpp"
 
 namespace specgraph::bench {
+
+// First thing in main(), before any CUDA call: CUDA loads modules lazily by default, and a
+// kernel's first launch behind time_device's spinning kernel could then wait until the spin
+// times out. Eager loading (unless the caller chose otherwise) loads every kernel at start.
+inline void load_modules_eagerly() {
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);  // 0: a value already set is kept
+}
+
+// Wraps a benchmark body so that an exception (a CUDA error, a timed-out time_device) ends that
+// benchmark with SkipWithError, named in the output and the JSON, instead of std::terminate: the
+// program goes on to the next benchmark and always writes its JSON.
+template <class F>
+auto guarded(F body) {
+  return [body](benchmark::State& state) {
+    try {
+      body(state);
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+    } catch (...) {
+      state.SkipWithError("unknown exception");
+    }
+  };
+}
 
 // The executors this machine can run: always "host", plus "cuda" when a device is usable.
 inline std::vector<std::string> available_executors() {

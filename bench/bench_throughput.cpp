@@ -63,14 +63,15 @@ void draft_step(benchmark::State& state, const std::string& kind, bool eager) {
 
 int main(int argc, char** argv) {
   using namespace specgraph::bench;
+  load_modules_eagerly();
   for (const std::string& kind : available_executors()) {
-    const std::vector<std::int64_t> buckets = kind == "cuda"
-                                                  ? std::vector<std::int64_t>{1, 8, 32, 64, 128}
-                                                  : std::vector<std::int64_t>{1, 8, 32};
+    const std::vector<std::int64_t> buckets =
+        kind == "cuda" ? std::vector<std::int64_t>{1, 8, 32, 64, 128, 256}
+                       : std::vector<std::int64_t>{1, 8, 32};
     for (const bool eager : {false, true}) {
       benchmark::RegisterBenchmark(
           ("draft_step/" + std::string(eager ? "eager/" : "graph/") + kind).c_str(),
-          [kind, eager](benchmark::State& s) { draft_step(s, kind, eager); })
+          guarded([kind, eager](benchmark::State& s) { draft_step(s, kind, eager); }))
           ->ArgNames({"bucket", "step"})
           ->ArgsProduct({buckets, {0, 1, 2, 3, 4}})
           ->UseManualTime()

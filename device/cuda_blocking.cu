@@ -26,4 +26,9 @@ cudaError_t launch_blocking_kernel(cudaStream_t stream, const volatile int* rele
   return cudaLaunchKernelEx(&config, blocking_kernel, release, timed_out, timeout_ns);
 }
 
+cudaError_t load_blocking_kernel() {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, blocking_kernel);
+}
+
 }  // namespace specgraph::detail

@@ -12,4 +12,8 @@ namespace specgraph::detail {
 cudaError_t launch_blocking_kernel(cudaStream_t stream, const volatile int* release, int* timed_out,
                                    long long timeout_ns);
 
+// Loads the blocking kernel into the current device's context (cudaFuncGetAttributes), so that
+// its first launch does not wait for a lazy module load.
+cudaError_t load_blocking_kernel();
+
 }  // namespace specgraph::detail

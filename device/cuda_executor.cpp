@@ -14,6 +14,7 @@
 #include "device/cuda_check.hpp"
 #include "device/cuda_executor.hpp"
 #include "device/cuda_probe.hpp"
+#include "kernels/builtin_kernels.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 
@@ -24,11 +25,26 @@ cuda_executor::cuda_executor() {
   SPECGRAPH_CUDA_TRY(cudaGetDevice(&device_));
   owned_stream_ = detail::make_stream();
   stream_ = owned_stream_.get();
+  load_kernels();
 }
 
 cuda_executor::cuda_executor(cudaStream_t engine_stream) : stream_(engine_stream) {
   SPECGRAPH_CUDA_TRY(cudaGetDevice(&device_));
   if (engine_stream != nullptr) SPECGRAPH_CUDA_TRY(cudaStreamGetDevice(engine_stream, &device_));
+  load_kernels();
+}
+
+// Every kernel this executor launches by itself, loaded now: with CUDA's default lazy loading a
+// kernel's first launch may wait for the whole context, which behind time_device's spinning
+// kernel would wait until its timeout. Skipped while the engine's stream is capturing (an
+// executor made inside the engine's capture): nothing spins there, and loading is left to CUDA.
+void cuda_executor::load_kernels() {
+  device_scope d(device_);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (stream_ != nullptr) SPECGRAPH_CUDA_TRY(cudaStreamIsCapturing(stream_, &status));
+  if (status != cudaStreamCaptureStatusNone) return;
+  SPECGRAPH_CUDA_TRY(static_cast<cudaError_t>(kernels::load_cuda_kernels()));
+  SPECGRAPH_CUDA_TRY(detail::load_blocking_kernel());
 }
 
 cuda_executor::~cuda_executor() {

@@ -126,6 +126,7 @@ class cuda_executor final : public executor {
   void forbid_during_capture(const char* what) const;
   void forbid_in_conditional_body(const char* what) const;
   void free_deferred() noexcept;
+  void load_kernels();
 
   int device_ = 0;
   detail::unique_stream owned_stream_;  // empty over an engine's stream

@@ -143,6 +143,12 @@ class Engine:
             rows, bucket = view.rows, view.bucket
             counter = view.device_step is not None
             s = view.device_step.long() if counter else view.step
+            if counter:
+                # A spent counter (a graph replayed past the round) writes nothing, as
+                # docs/device-rounds.md asks of an engine's forward: every write below keeps the
+                # old value where `live` is false, and reads stay in range through the clamp.
+                live = (s >= 0) & (s < a.steps)
+                s = s.clamp(0, a.steps - 1)
             step_slots = view.out_cache_loc.reshape(rows, a.steps)
             if counter:
                 x = self.embed[tokens.index_select(0, s)[0, :rows]]
@@ -151,6 +157,9 @@ class Engine:
                 x = self.embed[tokens[s, :rows]]
                 slot = step_slots[:, s]
             q, k, v = ((x @ w).view(rows, H, D) for w in (self.wq, self.wk, self.wv))
+            if counter:
+                k = torch.where(live, k, self.k_cache[slot])
+                v = torch.where(live, v, self.v_cache[slot])
             self.k_cache[slot] = k
             self.v_cache[slot] = v
             pre = view.prefix_page_table.long()  # [bucket, cap]
@@ -171,9 +180,13 @@ class Engine:
             o = (o1 * w1 + o2 * w2) / (w1 + w2)
             logits = o.reshape(rows, H * D) @ self.w_out
             if counter:
-                attn_out[:, :rows].index_copy_(0, s, o[None])
-                tokens[:, :rows].index_copy_(0, s + 1, logits.argmax(-1)[None])
-                view.confidence.copy_(torch.softmax(logits, -1).amax(-1))
+                out_rows, token_rows = attn_out[:, :rows], tokens[:, :rows]
+                out_rows.index_copy_(0, s, torch.where(live, o[None],
+                                                       out_rows.index_select(0, s)))
+                token_rows.index_copy_(0, s + 1, torch.where(
+                    live, logits.argmax(-1)[None], token_rows.index_select(0, s + 1)))
+                view.confidence.copy_(torch.where(live, torch.softmax(logits, -1).amax(-1),
+                                                  view.confidence))
             else:
                 attn_out[s, :rows] = o
                 tokens[s + 1, :rows] = logits.argmax(-1)

@@ -39,4 +39,17 @@ cuda_rows_fn cuda_continue_condition() {
   return &cuda_rows<continue_condition_kernel>;
 }
 
+int load_cuda_kernels() {
+  const int results[] = {
+      cuda_rows_load<expand_page_table_kernel>(), cuda_rows_load<prefix_check_kernel>(),
+      cuda_rows_load<prefix_fill_kernel>(),       cuda_rows_load<sparse_stage_kernel>(),
+      cuda_rows_load<stage_inputs_kernel>(),      cuda_rows_load<count_violations_kernel>(),
+      cuda_rows_load<reset_guards_kernel>(),      cuda_rows_load<advance_step_kernel>(),
+      cuda_rows_load<continue_condition_kernel>()};
+  for (const int e : results) {
+    if (e != 0) return e;
+  }
+  return 0;
+}
+
 }  // namespace specgraph::kernels

@@ -15,4 +15,9 @@ cuda_rows_fn cuda_reset_guards();
 cuda_rows_fn cuda_advance_step();
 cuda_rows_fn cuda_continue_condition();
 
+// Loads every built-in kernel into the current device's context (cuda_rows_load): the cuda
+// executor calls it when made, so no first launch waits for a lazy module load. Returns the
+// first cudaError_t as an int, 0 when all loaded (always 0 in host-only builds).
+int load_cuda_kernels();
+
 }  // namespace specgraph::kernels

@@ -30,5 +30,8 @@ cuda_rows_fn cuda_advance_step() {
 cuda_rows_fn cuda_continue_condition() {
   return nullptr;
 }
+int load_cuda_kernels() {
+  return 0;
+}
 
 }  // namespace specgraph::kernels

@@ -11,8 +11,11 @@
 #                     package sources (nothing here names an archive). gpu-check.sh unpacks them with
 #                     `dpkg-deb -x` into a prefix inside its build folder; the packages' CMake config
 #                     files are relocatable (they locate themselves through _IMPORT_PREFIX).
-#   .whl/             optional: the cp312 manylinux wheel of apache-tvm-ffi for the python step
-#                     (only when pip can reach its configured index; never fails the bundle).
+#   .whl/             optional: the cp312 manylinux wheel of apache-tvm-ffi for the Python steps,
+#                     and the pure-Python wheel of typing-extensions>=4.13 it requires (for an
+#                     image whose own copy is older); gpu-check.sh installs them offline into its
+#                     build folder. Only when pip can reach its configured index; never fails the
+#                     bundle.
 #   .gpu-commit       line 1: `git rev-parse HEAD`; line 2: `git describe --always --dirty`.
 #                     The copy on the GPU machine may carry no git metadata.
 #
@@ -105,15 +108,20 @@ fi
 
 # ---- .whl: optional wheels for the python step --------------------------------------------------
 if [ "${SPECGRAPH_BUNDLE_WHEELS:-1}" != 0 ]; then
-  if ls .whl/apache_tvm_ffi-*.whl >/dev/null 2>&1; then
-    say ".whl already holds $(basename .whl/apache_tvm_ffi-*.whl | head -1)"
+  if ls .whl/apache_tvm_ffi-*.whl .whl/typing_extensions-*.whl >/dev/null 2>&1; then
+    say ".whl already holds $(cd .whl && ls apache_tvm_ffi-*.whl typing_extensions-*.whl | tr '\n' ' ')"
   elif python3 -m pip --version >/dev/null 2>&1; then
     mkdir -p .whl
     if ! timeout 180 python3 -m pip download -q apache-tvm-ffi --no-deps --only-binary=:all: \
         --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
         --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 -d .whl; then
-      say "pip could not fetch apache-tvm-ffi: .whl left without it (the python step may fail)"
+      say "pip could not fetch apache-tvm-ffi: .whl left without it (the python steps may fail)"
+    fi
+    # apache-tvm-ffi's one requirement (pure Python): installed only where the image's is older.
+    if ! timeout 120 python3 -m pip download -q "typing-extensions>=4.13" --no-deps \
+        --only-binary=:all: --python-version 3.12 -d .whl; then
+      say "pip could not fetch typing-extensions: an image with an older one cannot install tvm_ffi"
     fi
     rmdir .whl 2>/dev/null || true
   else

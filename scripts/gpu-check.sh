@@ -18,10 +18,12 @@
 # machine's kill grace and the packaging.
 #
 # What lands in results-dir (at most 8 files; the device tool returns no more):
-#   summary.txt   the table printed last
+#   summary.txt   the table printed last, then one `answer ID: ...` line per question the run must
+#                 answer (scripts/gpu-check/answers.py; README, "Running the GPU check")
 #   summary.json  every step: name, status (ok|failed|timeout|skipped|refused), seconds, budget,
-#                 note, counts (tests passed/failed/skipped, errors, timings, ...)
-#   logs.tar.gz   every step's log, ctest's JUnit XML, the run-compare JSON, the benchmark JSON
+#                 note, counts (tests passed/failed/skipped, errors, timings, ...); the answers
+#   logs.tar.gz   every step's log, the JUnit files (ctest, smoke, pytest), the run-compare JSON,
+#                 bench_NAME.json per benchmark selection, peer-torch.json
 # Both summaries are rewritten after every step and on exit, INT or TERM, so an interrupted run
 # still says how far it got. Exit status: non-zero if a step failed or timed out (and, with
 # --dry-run, if the contract check fails). A refused sanitizer or a skipped step is not a failure.
@@ -33,29 +35,55 @@
 set -uo pipefail
 
 # ---- step budgets, in seconds: the one place to change them ------------------------------------
-# Order is execution order. Sum <= 480 - PACKAGING_RESERVE (checked at start and by the contract).
-STEPS=(machine deps build tests run-compare memcheck initcheck python torch-example benchmarks peer-torch)
+# Order is execution order: what needs no GPU, then the smoke step (the newest, riskiest paths:
+# their signal survives whatever fails later), then the rest by value per second, the sanitizers
+# (slowest, least likely to finish) last. Sum <= 480 - PACKAGING_RESERVE; the order rules and the
+# sum are checked at start and by the contract (scripts/gpu-check/contract.py).
+STEPS=(machine deps build smoke tests run-compare python torch-example benchmarks peer-torch
+  memcheck initcheck)
 declare -A BUDGET=(
   [machine]=5         # nvidia-smi, tool versions: a few seconds
-  [deps]=45           # unpack .deps/debs + a link probe ~10 s; +25 s if GoogleTest must be rebuilt
-  [build]=100         # ~150 CPU-s of compiles (107 s on 2 cores), longest one ~25 s: ~40 s on 16
-  [tests]=40          # 104 tests, ~3 s on 2 cores host-only; the cuda ones add context creation
+  [deps]=40           # unpack .deps/debs + a link probe ~10 s (+25 s if GoogleTest must be
+                      # rebuilt); tvm_ffi's wheel installed offline ~3 s
+  [build]=100         # ~160 CPU-s of compiles (Python extension included), longest ~25 s: ~45 s on 16
+  [smoke]=30          # WHILE-node and device-counter C++ tests on CUDA, the torch device-depth
+                      # tests: ~3 s of C++, torch import + CUDA context ~8 s
+  [tests]=40          # every ctest test (not python.pytest), cuda instances included
   [run-compare]=15    # two small seeded simulated runs, ~1.5 s each on the host executor
-  [memcheck]=70       # cuda instances of every test binary, 4 at a time, 100 property cases
-  [initcheck]=50      # same, initcheck
-  [python]=70         # pip install --no-index (a one-arch CUDA build) + pytest incl. torch
-  [torch-example]=20  # examples/torch_draft_loop.py: torch import + capture + replays
-  [benchmarks]=35     # ~240 cuda benchmarks at min_time 0.02 s
-  [peer-torch]=15     # bench/peer_torch.py
+  [python]=50         # pytest: test_torch_cuda.py first (its own JUnit), then the rest
+  [torch-example]=30  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
+                      # imports (~3 s each), captures, 12 rounds each
+  [benchmarks]=45     # the selection in BENCH_RUNS (~60 cuda benchmarks at min_time 0.005 s)
+  [peer-torch]=15     # bench/peer_torch.py at buckets 1, 64, 256
+  [memcheck]=60       # cuda tests of the binaries that have some, 4 binaries at a time
+  [initcheck]=35      # same, initcheck
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
 TOTAL_LIMIT=480
+SMOKE_LIMIT=30        # the smoke step's budget may not grow past this (the contract checks it)
 # The dry run builds on a small CPU machine: only these budgets differ there.
 declare -A DRY_BUDGET=([deps]=120 [build]=2400 [run-compare]=120)
 PER_TEST_TIMEOUT=60   # ctest --timeout for one test
 PROPERTY_CASES=100    # SPECGRAPH_PROPERTY_CASES under compute-sanitizer
-SANITIZER_FILTER='*cuda*:*Cuda*'  # gtest filter: the cuda instances (and CudaHandles.*)
-BENCH_MIN_TIME=0.02
+# gtest filter under compute-sanitizer: the cuda instances (and CudaHandles.*), without the
+# timing assertions a sanitizer's slowdown breaks. Only binaries listing a test for it run.
+SANITIZER_FILTER='*cuda*:*Cuda*-*TimeDevice*:*StageReturns*'
+# The smoke step's C++ part, binary:gtest filter (the newest CUDA paths: WHILE node, device
+# counter, and time_device, which the benchmarks rely on).
+SMOKE_CPP=("device_steps_test:Executors/DeviceSteps.*/cuda" "executor_test:*TimeDevice*cuda*")
+# ... and its torch part: the DraftGraphs device-counter and device-depth tests on the GPU.
+SMOKE_PYTEST=(python/tests/test_torch_cuda.py -k "device_counter or device_decide_the_depth")
+# The benchmarks that answer the run's questions (README, "Running the GPU check"), one program
+# run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex.
+BENCH_RUNS=(
+  "expand|bench_metadata|^expand/(fused|multipass)/cuda/bucket:(1|64|256)/topk:8/page_size:16/step:(0|4)/"
+  "capture_table|bench_graphs|^lifecycle/capture_table/[a-z_]+/cuda/"
+  "step_time|bench_graphs|^replay/step_device_time/(graph|eager)/cuda/bucket:(1|64|256)/step:(0|4)/"
+  "round|bench_graphs|^replay/(round_device_time|stage_and_round)/[a-z_]+/cuda/bucket:(1|64|256)/"
+  "throughput|bench_throughput|^draft_step/(graph|eager)/cuda/bucket:(1|64|256)/step:(0|4)/"
+)
+BENCH_MIN_TIME=0.005
+PEER_TORCH_BUCKETS=1,64,256
 # The run-compare configuration: small, seeded, every round verified against float64.
 RUN_CONFIG=(--max-batch 8 --topk 4 --steps 5 --page-size 16 --heads 4 --head-dim 64
   --max-context 256 --rounds 40 --seed 20261130 --verify all)
@@ -78,6 +106,8 @@ if [ "${1:-}" = --step ]; then
   source "$SG_ROOT/scripts/gpu-check/steps-build.sh"
   # shellcheck source=/dev/null
   source "$SG_ROOT/scripts/gpu-check/steps-run.sh"
+  # shellcheck source=/dev/null
+  source "$SG_ROOT/scripts/gpu-check/steps-python.sh"
   fn=step_${SG_STEP//-/_}
   "$fn"
   exit $?
@@ -110,8 +140,11 @@ results=$(cd "$results" && pwd)
 
 budget_sum=0
 for s in "${STEPS[@]}"; do budget_sum=$((budget_sum + BUDGET[$s])); done
-if ((budget_sum + PACKAGING_RESERVE > TOTAL_LIMIT)); then
-  echo "gpu-check.sh: step budgets ($budget_sum s) + packaging ($PACKAGING_RESERVE s) exceed $TOTAL_LIMIT s" >&2
+# The plan's rules (the same check the contract makes on summary.json): order and budgets.
+plan_args=(--limit "$TOTAL_LIMIT" --reserve "$PACKAGING_RESERVE" --smoke-limit "$SMOKE_LIMIT")
+for s in "${STEPS[@]}"; do plan_args+=("$s=${BUDGET[$s]}"); done
+if ! python3 scripts/gpu-check/contract.py --plan "${plan_args[@]}" >&2; then
+  echo "gpu-check.sh: the step plan breaks the contract (order or budgets above)" >&2
   exit 2
 fi
 
@@ -135,6 +168,7 @@ SG_WORK=$(mktemp -d "${TMPDIR:-/tmp}/specgraph-gpu-check.XXXXXX")
 SG_LOGS=$SG_WORK/logs
 mkdir -p "$SG_LOGS" "$SG_WORK/notes" "$SG_WORK/counts"
 export SG_ROOT SG_DRY SG_JOBS SG_BUILD SG_WORK SG_LOGS SG_COMMIT SG_COMMIT_DESCRIBE SG_COMMIT_SOURCE
+mkdir -p "$SG_WORK/status"
 STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 T0=$(date +%s)
 declare -A STATUS SECONDS_TAKEN EXIT_CODE

@@ -7,6 +7,7 @@
 
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
+#include "specgraph/metadata.hpp"
 #include "specgraph/row_kernel.hpp"
 #include "tests/test_support.hpp"
 
@@ -262,6 +263,44 @@ TEST_P(ExecutorCapture, TimeDeviceRunsTheWorkAndIsForbiddenDuringCapture) {
   ex->begin_capture();
   EXPECT_THROW((void)ex->time_device([] {}), capture_violation);
   ex->abort_capture();
+}
+
+// A built-in kernel's first launch in the process, behind time_device's spinning kernel. ctest
+// also runs this test alone under CUDA_MODULE_LOADING=LAZY (tests/CMakeLists.txt): there the
+// launch would wait for a lazy module load that the spin blocks, unless the executor loaded its
+// kernels when made. Spec case A (docs/metadata.md section 3) checks what the kernel wrote.
+TEST_P(ExecutorCapture, TimeDeviceTimesABuiltInKernelOnItsFirstLaunch) {
+  const std::vector<std::int64_t> loc{23, 24, 31, 32};
+  const std::int32_t lpl = 3;
+  device_buffer d_loc(*ex, loc.size() * 8), d_lpl(*ex, 4), table(*ex, 4 * 4), seqlen(*ex, 2 * 4),
+      guard(*ex, sizeof(guard_word));
+  ex->copy_to_device(d_loc.data(), loc.data(), loc.size() * 8);
+  ex->copy_to_device(d_lpl.data(), &lpl, 4);
+  ex->fill_bytes(table.data(), 0xff, 4 * 4);  // poison: -1 wherever the kernel does not write
+  ex->fill_bytes(seqlen.data(), 0xff, 2 * 4);
+  ex->fill_bytes(guard.data(), 0, sizeof(guard_word));
+  expand_params p;
+  p.cache_loc = d_loc.as<std::int64_t>();
+  p.cache_loc_stride = 2;
+  p.slots_read = 2;
+  p.decode_length = 1;
+  p.last_page_len = d_lpl.as<std::int32_t>();
+  p.batch = 1;
+  p.topk = 2;
+  p.page_size = 4;
+  p.page_table = table.as<std::int32_t>();
+  p.page_table_stride = 2;
+  p.capacity = 2;
+  p.cache_seqlen = seqlen.as<std::int32_t>();
+  p.guard = guard.as<guard_word>();
+  const device_timing t = ex->time_device([&] { launch_expand_page_table(*ex, p); });
+  EXPECT_GE(t.device_seconds, 0.0);
+  EXPECT_LT(t.device_seconds, 1.0);
+  std::vector<std::int32_t> got_table(4), got_seqlen(2);
+  ex->copy_to_host(got_table.data(), table.data(), 4 * 4);
+  ex->copy_to_host(got_seqlen.data(), seqlen.data(), 2 * 4);
+  EXPECT_EQ(got_table, (std::vector<std::int32_t>{5, 6, 7, 8}));
+  EXPECT_EQ(got_seqlen, (std::vector<std::int32_t>{4, 4}));
 }
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(ExecutorCapture);

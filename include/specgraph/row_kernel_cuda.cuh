@@ -34,4 +34,16 @@ int cuda_rows(const void* params, std::int64_t rows, device_stream stream) {
   return static_cast<int>(e);
 }
 
+// Loads K's kernel into the current device's context now. CUDA loads modules lazily by default
+// (CUDA_MODULE_LOADING=LAZY): the first launch of a kernel may then wait for the whole context,
+// and behind a kernel that spins until the host releases it (executor::time_device) that wait
+// never ends. Call before such a launch, e.g. when the engine's executor is made. Returns the
+// cudaError_t of cudaFuncGetAttributes as an int (0: loaded). Host only; no stream, no sync of
+// work already queued; not capture-safe (loading is not stream work, do it before capturing).
+template <class K>
+int cuda_rows_load() {
+  cudaFuncAttributes attributes{};
+  return static_cast<int>(cudaFuncGetAttributes(&attributes, row_trampoline<K>));
+}
+
 }  // namespace specgraph

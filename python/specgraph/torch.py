@@ -21,8 +21,8 @@ and min_confidence), left in DraftGraphs.depth. torch.cuda.graph itself records 
 The forward is the engine's: it reads the static buffers through the StepView it is
 given and must only enqueue work on the current stream (it runs inside torch.cuda.graph).
 
-On a CPU arena (no CUDA) nothing is captured: run_round runs the same sequence eagerly, so the
-driver's logic is usable and testable without a GPU.
+On a CPU arena (no CUDA) nothing is captured: capture() runs the warm-ups and run_round the same
+sequence eagerly, so the driver's logic is usable and testable without a GPU.
 """
 
 from __future__ import annotations
@@ -170,7 +170,10 @@ class DraftGraphs:
         """Captures every graph: per bucket (largest first) and step, warmups on the capture
         stream, before_capture, then torch.cuda.graph into the shared pool. Raises CaptureFailed
         naming (bucket, step) when the forward raises or does something capture forbids.
-        Synchronises; not during another capture. Logs one line (CaptureReport.line())."""
+        With a device step counter it is set to 0 before every warm-up and every capture, so
+        each warm-up runs step 0 (and the counter is 0 afterwards). On a CPU arena only the
+        warm-ups run (eagerly). Synchronises; not during another capture. Logs one line
+        (CaptureReport.line())."""
         start = time.perf_counter()
         timings: List[GraphTiming] = []
         pool_bytes = 0
@@ -183,12 +186,13 @@ class DraftGraphs:
             for bucket, step in self._graph_keys():
                 if self.warmups:
                     stream.wait_stream(torch.cuda.current_stream(self.device))
-                    with torch.cuda.stream(stream), self._failing(bucket, step, "warmup"):
-                        for _ in range(self.warmups):
-                            self._record(bucket, step)
+                    with torch.cuda.stream(stream):
+                        self._warm_up(bucket, step)
                     torch.cuda.current_stream(self.device).wait_stream(stream)
                 if self.before_capture is not None:
                     self.before_capture(bucket, step)
+                with torch.cuda.stream(stream):
+                    self._reset_step()  # the counter as staging leaves it (not recorded)
                 # device_depth: the body graph stays alive (its pool and the copy's memory).
                 g = torch.cuda.CUDAGraph(keep_graph=True) if self.device_depth else (
                     torch.cuda.CUDAGraph())
@@ -208,10 +212,29 @@ class DraftGraphs:
             pool_bytes = in_pool if in_pool is not None else (
                 torch.cuda.memory_stats(self.device).get("reserved_bytes.all.current", 0)
                 - reserved)
+        else:  # eager: the same warm-ups, so a forward's first calls are the same on a CPU
+            for bucket, step in self._graph_keys():
+                self._warm_up(bucket, step)
+            self._reset_step()
         self.report = CaptureReport(len(self._graphs), time.perf_counter() - start, timings,
                                     max(pool_bytes, 0), self.plan.total_bytes, self.mode)
         logger.info(self.report.line())
         return self.report
+
+    def _warm_up(self, bucket: int, step: int) -> None:
+        """The warm-ups of graph(bucket, step) on the current stream. With a device step counter
+        each runs the body at step 0: the counter is reset before each one (it advances once per
+        body, and warm-ups of every bucket would otherwise run it past num_steps, where the
+        forward would index its per-step outputs out of range)."""
+        with self._failing(bucket, step, "warmup"):
+            for _ in range(self.warmups):
+                self._reset_step()
+                self._record(bucket, step)
+
+    def _reset_step(self) -> None:
+        """device_steps: the counter to 0, as staging sets it, on the current stream."""
+        if self.device_steps:
+            self.bufs.device_step.zero_()
 
     @contextlib.contextmanager
     def _failing(self, bucket: int, step: int, what: str) -> Iterator[None]:

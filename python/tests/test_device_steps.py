@@ -116,3 +116,64 @@ def test_device_step_ops_pass_opcheck():
                           (arena, bufs.handle, plan.buckets[-1]))
     torch.library.opcheck(torch.ops.specgraph.advance_step_.default, (arena, bufs.handle))
     assert "Tensor(a!) arena" in str(torch.ops.specgraph.advance_step_.default._schema)
+
+
+@pytest.mark.parametrize("device_depth", [False, True])
+def test_capture_starts_every_warm_up_at_step_zero(device_depth):
+    from conftest import need_torch
+
+    torch = need_torch()
+    import specgraph.torch as sgt
+
+    # The GPU tests' table: buckets (8, 4, 2), 3 steps, 2 warm-ups per bucket. Without a reset
+    # before each warm-up the counter would reach 5, past num_steps, where a forward indexing
+    # its per-step outputs by the counter goes out of range.
+    cfg = specgraph.DraftConfig(**dict(FIELDS, max_batch=8, num_steps=3, buckets=(2, 4, 8),
+                                       device_depth=device_depth))
+    plan = specgraph.make_plan(cfg)
+    bufs = specgraph.buffers(plan, specgraph.host_arena(plan, framework="torch"))
+    r2t = torch.zeros(cfg.pool_rows, cfg.max_context_len, dtype=torch.int32)
+    seen = []
+
+    def forward(v: specgraph.StepView) -> None:
+        seen.append((v.bucket, int(v.device_step[0])))
+
+    bufs.device_step[0] = 2  # left by an earlier round: the warm-ups must not start from it
+    g = sgt.DraftGraphs(bufs, forward, req_to_token=r2t, warmups=2)
+    assert g.capture().graphs == 0  # a CPU arena: the warm-ups run, nothing is captured
+    assert seen == [(8, 0), (8, 0), (4, 0), (4, 0), (2, 0), (2, 0)]
+    assert int(bufs.device_step[0]) == 0, "capture leaves the counter as staging would"
+
+
+def test_the_gpu_tests_counter_forward_writes_nothing_for_a_spent_counter():
+    from conftest import need_torch
+
+    torch = need_torch()
+    from forwards import counter_forward
+
+    cfg = specgraph.DraftConfig(**dict(FIELDS, device_depth=True))
+    plan = specgraph.make_plan(cfg)
+    bufs = specgraph.buffers(plan, specgraph.host_arena(plan, framework="torch"))
+    rng = random.Random(3)
+    r2t = torch.tensor(ref.random_req_to_token(cfg, rng), dtype=torch.int32)
+    r = ref.random_round(cfg, rng, bs=4)
+    bucket = specgraph.stage_(bufs, r.bs, *(torch.tensor(x, dtype=torch.int64)
+                                            for x in (r.pool, r.seq, r.slots)))
+    specgraph.round_setup_(bufs, bucket, r2t)
+    specgraph.step_metadata_device_(bufs, bucket)
+    n, rows = cfg.num_steps, bucket * cfg.topk
+    page_value = torch.arange(cfg.kv_slots // cfg.page_size, dtype=torch.float32)
+    out = torch.full((n, plan.max_rows), -1.0)
+    source = torch.rand(n, plan.max_rows)
+    bufs.confidence.fill_(-2.0)
+    forward = counter_forward(cfg, out, page_value, source)
+    for spent in (n, n + 3):
+        bufs.device_step[0] = spent
+        forward(bufs.view(bucket, 0))
+        assert (out == -1).all(), f"counter {spent} wrote an output"
+        assert (bufs.confidence == -2).all(), f"counter {spent} wrote a confidence"
+    bufs.device_step[0] = n - 1  # a live step writes its own slice, and only that
+    forward(bufs.view(bucket, 0))
+    assert (out[: n - 1] == -1).all() and (out[n - 1, rows:] == -1).all()
+    assert (out[n - 1, :rows] >= 1).all()  # page values >= 0, cache_seqlen >= 1
+    assert torch.equal(bufs.confidence[:rows], source[n - 1, :rows])

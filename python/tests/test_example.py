@@ -3,6 +3,7 @@ its draft loop matches its dense float64 reference. On a GPU the GPU check runs 
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -34,3 +35,42 @@ def test_the_torch_example_lets_the_device_decide_the_depth_on_cpu():
     # Seed 1's confidences stop some rounds early: the device, not the cap, decided them.
     assert 1 <= int(early.split(" of ")[0]) < 8, decided
     assert done.stdout.rstrip().endswith("PASSED"), done.stdout
+
+
+def test_the_example_forward_writes_nothing_for_a_spent_counter(monkeypatch):
+    import torch
+
+    import specgraph
+
+    spec = importlib.util.spec_from_file_location(
+        "torch_draft_loop", ROOT / "examples" / "torch_draft_loop.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    monkeypatch.setattr(sys, "argv", ["torch_draft_loop.py", "--device", "cpu", "--device-depth"])
+    a = example.parse()
+    eng = example.Engine(a, torch.device("cpu"))
+    plan = specgraph.make_plan(eng.config())
+    bufs = specgraph.buffers(plan, specgraph.host_arena(plan, framework="torch"))
+    tokens = torch.randint(0, a.vocab, (a.steps + 1, plan.max_rows))
+    attn_out = torch.zeros(a.steps, plan.max_rows, a.heads, a.head_dim)
+    forward = eng.forward(tokens, attn_out)
+    rows, seqs, slots, _ = eng.new_round(3)
+    bucket = specgraph.stage_(bufs, 3, *(torch.tensor(x) for x in (rows, seqs, slots)))
+    specgraph.round_setup_(bufs, bucket, eng.req_to_token)
+    specgraph.step_metadata_device_(bufs, bucket)
+
+    def state():
+        return [x.clone() for x in (tokens, attn_out, eng.k_cache, eng.v_cache, bufs.confidence)]
+
+    for spent in (a.steps, a.steps + 2):
+        before = state()
+        bufs.device_step[0] = spent
+        forward(bufs.view(bucket, 0))
+        assert all(torch.equal(x, y) for x, y in zip(before, state())), f"counter {spent} wrote"
+    before = state()
+    bufs.device_step[0] = 0  # step 0 is live: the same call writes its output, K/V, confidence
+    forward(bufs.view(bucket, 0))
+    after = state()
+    names = ("tokens", "attn_out", "k_cache", "v_cache", "confidence")
+    unchanged = [n for n, x, y in zip(names, before, after) if torch.equal(x, y)]
+    assert set(unchanged) <= {"tokens"}, unchanged  # tokens[1] may repeat by chance

@@ -17,6 +17,7 @@ import specgraph  # noqa: E402
 import specgraph.torch as sgt  # noqa: E402
 from specgraph import _ffi  # noqa: E402
 import reference as ref  # noqa: E402
+from forwards import counter_forward  # noqa: E402
 
 FIELDS = dict(max_batch=8, topk=2, num_steps=3, page_size=4, max_context_len=64, pool_rows=9,
               kv_slots=1 << 12, buckets=(2, 4, 8))
@@ -247,25 +248,6 @@ def test_capture_failed_names_bucket_and_step():
         graphs.capture()
     assert (e.value.bucket, e.value.step) == (4, 1) and "forward broke" in str(e.value)
     torch.cuda.synchronize()  # the device and the stream stay usable
-
-
-def counter_forward(cfg, out, page_value, confidence_source=None):
-    """page_forward for one graph serving every step: the step is read on the device, and only
-    the columns of step s (the first s + 2) are its own. With confidence_source, each row's
-    confidence at step s is confidence_source[s][row]."""
-    cols = torch.arange(cfg.num_steps + 1, device="cuda")
-
-    def forward(v: specgraph.StepView) -> None:
-        s = v.device_step.long()
-        mine = cols[None, :] <= s + 1
-        pages = torch.where(mine, v.expand_page_table.long(), torch.zeros_like(cols))
-        branch = (page_value[pages] * mine).sum(-1) + v.expand_cache_seqlen
-        prefix = page_value[v.prefix_page_table.long()].sum(-1) + v.prefix_seqlen
-        out[:, : v.rows].index_copy_(0, s, (branch + prefix.repeat_interleave(v.topk))[None])
-        if confidence_source is not None:
-            v.confidence.copy_(confidence_source.index_select(0, s)[0, : v.rows])
-
-    return forward
 
 
 def test_draft_graphs_with_a_device_counter_capture_one_graph_per_bucket():

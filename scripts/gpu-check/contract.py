@@ -1,19 +1,29 @@
 #!/usr/bin/env python3
-"""Checks the results folder of scripts/gpu-check.sh against its contract.
+"""Checks the results folder of scripts/gpu-check.sh against its contract, and the step plan.
 
 Usage: contract.py [--dry-run] RESULTS_DIR
+       contract.py --plan [--limit S] [--reserve S] [--smoke-limit S] STEP=BUDGET ...
+       contract.py --self-test
 
 The contract (what the device tool can bring back and what readers rely on):
   * at most 8 files in RESULTS_DIR, none deeper than 2 folders, names of letters, digits, '.', '_'
     and '-' only, each at most 16 MiB;
-  * summary.txt present, UTF-8, naming every step;
-  * summary.json present and parseable: every step of the issue's list, in order, each with a
-    status in ok|failed|timeout|skipped|refused, numeric seconds and budget, a note and counts;
-    the GPU budgets add up to at most the limit (480 s) with the packaging reserve;
+  * summary.txt present, UTF-8, naming every step and answering (or saying why not) every
+    question of the run (QUESTIONS);
+  * summary.json present and parseable: every step of the list, in order, each with a status in
+    ok|failed|timeout|skipped|refused, numeric seconds and budget, a note and counts; the plan
+    rules below hold for its gpu_budgets; an answer per question;
   * logs.tar.gz readable, holding every step's log (and, where the step ran, ctest's JUnit XML,
     the run-compare JSON and the benchmark JSON).
+The plan rules (--plan checks them for gpu-check.sh before it starts): the steps in the order of
+STEPS, which puts what needs no GPU first (machine, deps, build), the smoke step right after the
+build and before every other GPU step; the smoke budget at most 30 s; the budgets plus the
+packaging reserve at most 480 s.
 With --dry-run also: the summary says dry_run, every step that needs a GPU is 'skipped' with a
-note saying 'dry run', and no step failed or timed out.
+note saying 'dry run', no step failed or timed out, the sanitizers' binary selection leaves out
+the binaries without CUDA tests, and every benchmark selection matches benchmarks.
+--self-test: the checks above go red on a broken order, a budget sum over the limit, a smoke
+budget over its limit, a missing answer (synthetic summaries).
 Exit status 0 when the contract holds; 1 with one line per violation otherwise.
 """
 import json
@@ -22,13 +32,47 @@ import re
 import sys
 import tarfile
 
-STEPS = ["machine", "deps", "build", "tests", "run-compare", "memcheck", "initcheck", "python",
-         "torch-example", "benchmarks", "peer-torch"]
-GPU_STEPS = {"tests", "run-compare", "memcheck", "initcheck", "python", "torch-example",
+STEPS = ["machine", "deps", "build", "smoke", "tests", "run-compare", "python", "torch-example",
+         "benchmarks", "peer-torch", "memcheck", "initcheck"]
+NO_GPU_STEPS = ["machine", "deps", "build"]  # first, in this order
+GPU_STEPS = {"smoke", "tests", "run-compare", "memcheck", "initcheck", "python", "torch-example",
              "benchmarks", "peer-torch"}
 STATUSES = {"ok", "failed", "timeout", "skipped", "refused"}
-MAX_FILES, MAX_DEPTH, MAX_BYTES, LIMIT_SECONDS = 8, 2, 16 << 20, 480
+MAX_FILES, MAX_DEPTH, MAX_BYTES, LIMIT_SECONDS, SMOKE_LIMIT = 8, 2, 16 << 20, 480, 30
+# What the run must answer (README, "Running the GPU check"): the summary's answers, by id.
+QUESTIONS = ["capture", "step_time", "expand", "main_job", "sanitizers", "while_round"]
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def plan_problems(names, budgets, reserve, limit=LIMIT_SECONDS, smoke_limit=SMOKE_LIMIT):
+    """The step plan's rules: order (STEPS; the no-GPU steps first, smoke right after build and
+    before every other GPU step) and budgets (smoke <= smoke_limit, sum + reserve <= limit)."""
+    problems = []
+    if names != STEPS:
+        problems.append(f"steps {names} != {STEPS}")
+    if names[: len(NO_GPU_STEPS)] != NO_GPU_STEPS:
+        problems.append(f"the first steps must be {NO_GPU_STEPS} (no GPU needed), not "
+                        f"{names[: len(NO_GPU_STEPS)]}")
+    if "smoke" not in names:
+        problems.append("no smoke step")
+    else:
+        at = names.index("smoke")
+        if at == 0 or names[at - 1] != "build":
+            problems.append("the smoke step must come right after the build")
+        late = [n for n in names[:at] if n in GPU_STEPS]
+        if late:
+            problems.append(f"GPU steps before the smoke step: {late}")
+        if not isinstance(budgets.get("smoke"), (int, float)) or budgets["smoke"] > smoke_limit:
+            problems.append(f"smoke budget {budgets.get('smoke')} s > {smoke_limit} s")
+    if sorted(budgets) != sorted(names):
+        problems.append(f"budgets name {sorted(budgets)}, steps are {sorted(names)}")
+    bad = [n for n, v in budgets.items() if not isinstance(v, (int, float)) or v <= 0]
+    if bad:
+        problems.append(f"budgets not positive numbers: {bad}")
+    total = sum(v for v in budgets.values() if isinstance(v, (int, float)))
+    if total + reserve > limit:
+        problems.append(f"budgets {total} s + packaging {reserve} s > {limit} s")
+    return problems
 
 
 def check(results, dry_run):
@@ -79,12 +123,24 @@ def check(results, dry_run):
             if not isinstance(s.get("counts"), dict):
                 problems.append(f"step {n}: counts is not an object")
         budgets = summary.get("gpu_budgets", {})
-        if sorted(budgets) != sorted(STEPS):
-            problems.append(f"gpu_budgets names {sorted(budgets)}")
+        if list(budgets) != names:
+            problems.append(f"gpu_budgets order {list(budgets)} != steps {names}")
         total = sum(v for v in budgets.values() if isinstance(v, (int, float)))
         reserve = summary.get("packaging_reserve_seconds", 0)
-        if total + reserve > LIMIT_SECONDS:
-            problems.append(f"GPU budgets {total} s + packaging {reserve} s > {LIMIT_SECONDS} s")
+        problems += [f"plan: {p}" for p in plan_problems(names, budgets, reserve)]
+        answers = summary.get("answers")
+        if not isinstance(answers, list):
+            problems.append("summary.json: no answers")
+        else:
+            ids = [a.get("id") for a in answers if isinstance(a, dict)]
+            if ids != QUESTIONS:
+                problems.append(f"answers {ids} != {QUESTIONS}")
+            for a in answers:
+                if not isinstance(a, dict) or not isinstance(a.get("answered"), bool) or \
+                        not (isinstance(a.get("text"), str) and a.get("text")):
+                    problems.append(f"answer {a!r}: needs answered (bool) and a text")
+                elif dry_run and a["answered"]:
+                    problems.append(f"dry run: answer {a['id']} claims a GPU result")
         if summary.get("budget_seconds") != total:
             problems.append(f"budget_seconds {summary.get('budget_seconds')} != sum {total}")
         for key in ("commit", "describe", "started"):
@@ -103,6 +159,18 @@ def check(results, dry_run):
                     problems.append(f"dry run: {s.get('name')} skipped without saying why")
                 if s.get("status") in ("failed", "timeout"):
                     problems.append(f"dry run: step {s.get('name')} {s.get('status')}: {s.get('note')}")
+            by_name = {s.get("name"): s for s in steps}
+            for san in ("memcheck", "initcheck"):
+                c = by_name.get(san, {}).get("counts", {})
+                sel, tot = c.get("binaries_selected"), c.get("binaries_total")
+                if not (isinstance(sel, int) and isinstance(tot, int) and 0 < sel < tot):
+                    problems.append(f"dry run: {san} selected {sel} of {tot} test binaries "
+                                    "(want some, and not those without CUDA tests)")
+            c = by_name.get("benchmarks", {}).get("counts", {})
+            matches = {k: v for k, v in c.items() if k.endswith("_host_matches")}
+            if not matches or c.get("runs") != len(matches) or \
+                    not all(isinstance(v, int) and v > 0 for v in matches.values()):
+                problems.append(f"dry run: benchmark selections {matches} (runs {c.get('runs')})")
 
     # summary.txt
     try:
@@ -111,6 +179,9 @@ def check(results, dry_run):
         for n in STEPS:
             if not re.search(rf"^{re.escape(n)}\s", text, re.M):
                 problems.append(f"summary.txt does not list step {n}")
+        for q in QUESTIONS:
+            if not re.search(rf"^answer {re.escape(q)}: \S", text, re.M):
+                problems.append(f"summary.txt does not answer {q}")
     except (OSError, UnicodeDecodeError) as e:
         problems.append(f"summary.txt missing or unreadable: {e}")
 
@@ -137,12 +208,68 @@ def check(results, dry_run):
                 not {"logs/run-cuda.json", "logs/run-host.json"} <= members:
             problems.append("logs.tar.gz lacks logs/run-cuda.json or logs/run-host.json")
         if by_status.get("benchmarks") == "ok" and \
-                not any(re.match(r"logs/bench_\w+\.json$", m) for m in members):
+                not any(re.match(r"logs/bench_[a-z_]+\.json$", m) for m in members):
             problems.append("logs.tar.gz has no benchmark JSON though the benchmarks ran")
     return problems, len(files), len(members)
 
 
+def self_test():
+    """The plan rules and the answers check go red on what they must refuse."""
+    good = {"machine": 5, "deps": 40, "build": 100, "smoke": 30, "tests": 40, "run-compare": 15,
+            "python": 50, "torch-example": 30, "benchmarks": 45, "peer-torch": 15,
+            "memcheck": 60, "initcheck": 35}
+    failures = []
+
+    def expect(label, names, budgets, reserve, says=None):
+        got = plan_problems(names, budgets, reserve)
+        if says is None and got:
+            failures.append(f"{label}: expected no problem, got {got}")
+        elif says is not None and not any(says in p for p in got):
+            failures.append(f"{label}: expected a problem saying {says!r}, got {got}")
+
+    expect("the plan", STEPS, good, 15)
+    swapped = STEPS[:3] + ["tests", "smoke"] + STEPS[5:]
+    expect("smoke after tests", swapped, {n: good[n] for n in swapped}, 15, "right after the build")
+    late = [n for n in STEPS if n != "smoke"] + ["smoke"]
+    expect("smoke last", late, {n: good[n] for n in late}, 15, "GPU steps before the smoke")
+    gpu_first = ["tests"] + [n for n in STEPS if n != "tests"]
+    expect("a GPU step first", gpu_first, {n: good[n] for n in gpu_first}, 15, "no GPU needed")
+    expect("budgets over 480", STEPS, dict(good, benchmarks=good["benchmarks"] + 1), 15,
+           "> 480 s")
+    expect("reserve over 480", STEPS, good, 16, "> 480 s")
+    expect("smoke over 30", STEPS, dict(good, smoke=31, initcheck=34), 15, "smoke budget 31")
+    expect("a step without budget", STEPS, {n: v for n, v in good.items() if n != "deps"}, 15,
+           "budgets name")
+    for p in failures:
+        print("self-test:", p)
+    if failures:
+        return 1
+    print(f"self-test: the plan rules refuse a broken order and budgets over {LIMIT_SECONDS} s")
+    return 0
+
+
 def main(argv):
+    if argv[:1] == ["--self-test"]:
+        return self_test()
+    if argv[:1] == ["--plan"]:
+        opts = {"--limit": LIMIT_SECONDS, "--reserve": 0, "--smoke-limit": SMOKE_LIMIT}
+        names, budgets, rest = [], {}, argv[1:]
+        while rest:
+            a = rest.pop(0)
+            if a in opts:
+                opts[a] = int(rest.pop(0))
+            else:
+                n, _, v = a.partition("=")
+                names.append(n)
+                budgets[n] = int(v) if v.isdigit() else v
+        problems = plan_problems(names, budgets, opts["--reserve"], opts["--limit"],
+                                 opts["--smoke-limit"])
+        if opts["--limit"] > LIMIT_SECONDS or opts["--smoke-limit"] > SMOKE_LIMIT:
+            problems.append(f"limits {opts['--limit']} s / smoke {opts['--smoke-limit']} s exceed "
+                            f"the contract's {LIMIT_SECONDS} s / {SMOKE_LIMIT} s")
+        for p in problems:
+            print("plan:", p)
+        return 1 if problems else 0
     dry_run = "--dry-run" in argv
     args = [a for a in argv if a != "--dry-run"]
     if len(args) != 1:
@@ -154,7 +281,7 @@ def main(argv):
     if problems:
         return 1
     print(f"{nfiles} files, summary.txt and summary.json parse, all {len(STEPS)} steps have a "
-          f"status, logs.tar.gz holds {nmembers} entries")
+          f"status, {len(QUESTIONS)} answers, logs.tar.gz holds {nmembers} entries")
     return 0
 
 

@@ -13,6 +13,18 @@ count_str() { printf '%s~%s\n' "$1" "$2" >>"$SG_WORK/counts/$SG_STEP"; }  # alwa
 dry_skip() { note "skipped (dry run): needs a GPU"; exit $EX_SKIP; }
 banner() { echo; echo "---- $*"; }
 have() { command -v "$1" >/dev/null 2>&1; }
+# The Python package as ctest's python.pytest runs it: the source tree's files, the extension the
+# build step built, tvm_ffi from the deps step (py_path), the CLI the plan tests compare with.
+py_path() { local d; d=$(cat "$SG_WORK/pydeps" 2>/dev/null); echo "$SG_ROOT/python${d:+:$d}"; }
+py_lib() { echo "$SG_BUILD/python/specgraph/libspecgraph_ext.so"; }
+py_env() {
+  local rec=()
+  [ -f "$SG_BUILD/tests/libnvtx_recorder.so" ] &&
+    rec=("SPECGRAPH_NVTX_RECORDER=$SG_BUILD/tests/libnvtx_recorder.so")
+  env PYTHONPATH="$(py_path)" SPECGRAPH_LIB="$(py_lib)" SPECGRAPH_CLI="$SG_BUILD/tools/specgraph" \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER \
+    "${rec[@]}" "$@"
+}
 
 step_machine() {
   echo "commit: $SG_COMMIT_DESCRIBE ($SG_COMMIT, from $SG_COMMIT_SOURCE)"
@@ -66,8 +78,55 @@ step_machine() {
 # Unpack .deps/debs into $SG_BUILD/_deps (once per bundle), then prove that CMake resolves
 # GoogleTest and Google Benchmark there and that a program linking both builds and runs. If the
 # prebuilt GoogleTest does not link on this machine, rebuild it from the googletest sources package.
+# The Python package's build and tests need tvm_ffi: the image's own, else the bundled wheel
+# (.whl/, scripts/bundle-deps.sh) installed offline into $SG_BUILD/_pydeps, leaving the image's
+# Python untouched. apache-tvm-ffi requires typing-extensions>=4.13: with the image's copy recent
+# enough the wheel goes in with --no-deps, else the bundled typing-extensions wheel goes in too.
+# Writes the folder to add to PYTHONPATH (empty for the image's own) to $SG_WORK/pydeps.
+setup_tvm_ffi() {
+  local target=$SG_BUILD/_pydeps wheel
+  : >"$SG_WORK/pydeps"
+  banner "tvm_ffi for the Python package"
+  have python3 || { echo "no python3"; return 1; }
+  if python3 -c "import tvm_ffi" 2>/dev/null; then
+    echo "tvm_ffi: the image's ($(python3 -c 'import tvm_ffi, os; print(os.path.dirname(tvm_ffi.__file__))'))"
+    count_str tvm_ffi image
+    return 0
+  fi
+  if [ -d "$target" ] && PYTHONPATH=$target python3 -c "import tvm_ffi" 2>/dev/null; then
+    echo "tvm_ffi: already installed in $target"
+    echo "$target" >"$SG_WORK/pydeps"
+    count_str tvm_ffi bundled
+    return 0
+  fi
+  wheel=$(ls .whl/apache_tvm_ffi-*.whl 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "no tvm_ffi in the image and no .whl/apache_tvm_ffi-*.whl"; return 1; }
+  local deps=(--no-deps)
+  if python3 "$SG_ROOT/scripts/gpu-check/has_version.py" typing_extensions 4.13; then
+    echo "the image's typing-extensions satisfies apache-tvm-ffi: installing it with --no-deps"
+  else
+    echo "the image's typing-extensions is missing or older than 4.13: the bundled one goes in too"
+    deps=(--find-links .whl)
+  fi
+  rm -rf "$target"
+  if python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m pip install --no-index --disable-pip-version-check -q "${deps[@]}" \
+      --target "$target" "$wheel" || return 1
+  else  # no pip in the image: a wheel is a zip of the installed files
+    echo "no pip: unpacking the wheels into $target"
+    local w
+    for w in "$wheel" $([ "${deps[0]}" = --no-deps ] || ls .whl/typing_extensions-*.whl 2>/dev/null); do
+      python3 -m zipfile -e "$w" "$target" || return 1
+    done
+  fi
+  PYTHONPATH=$target python3 -c "import tvm_ffi" || return 1
+  echo "$target" >"$SG_WORK/pydeps"
+  count_str tvm_ffi bundled
+}
+
 step_deps() {
   local prefix=$SG_BUILD/_deps
+  setup_tvm_ffi || { echo "tvm_ffi unavailable: the Python steps will say so"; count_str tvm_ffi none; }
   local debs=(.deps/debs/*.deb)
   : >"$SG_WORK/deps.args"
   if [ ! -e "${debs[0]}" ]; then
@@ -178,22 +237,31 @@ EOF
 }
 
 step_build() {
-  local arch=90 deps_args=()
+  local arch=90 deps_args=() python=OFF
   [ -s "$SG_WORK/cuda_arch" ] && arch=$(cat "$SG_WORK/cuda_arch")
   [ -s "$SG_WORK/deps.args" ] && mapfile -t deps_args <"$SG_WORK/deps.args"
   count cuda_architectures "$arch"
+  # The Python extension is built here, into the build tree (as ctest's python.pytest uses it), so
+  # the smoke step can run the torch tests right after the build; tvm_ffi from the deps step.
+  export PYTHONPATH=$(py_path)
+  if python3 -c "import tvm_ffi" 2>/dev/null; then
+    python=ON
+    deps_args+=("-DPython_EXECUTABLE=$(command -v python3)")
+  fi
+  count_str python_extension "$python"
   cmake -S . -B "$SG_BUILD" -G Ninja --no-warn-unused-cli -DCMAKE_BUILD_TYPE=Release \
     -DSPECGRAPH_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_FLAGS=-lineinfo \
     -DSPECGRAPH_WERROR=OFF -DBENCHMARK_ENABLE_WERROR=OFF -DSPECGRAPH_TEST_TIMEOUT=$PER_TEST_TIMEOUT \
-    -DSPECGRAPH_BUILD_PYTHON=OFF "${deps_args[@]}" ||
+    -DSPECGRAPH_BUILD_PYTHON=$python "${deps_args[@]}" ||
     { note "configure failed"; return 1; }
   local rc=0
   cmake --build "$SG_BUILD" -j "$SG_JOBS" -- -k 0 || rc=1
   local log=$SG_LOGS/build.log
   count warnings "$(grep -cE '(warning|Warning)[: ]' "$log")"
   count failed_targets "$(grep -c '^FAILED: ' "$log")"
+  [ $python = ON ] && [ ! -f "$(py_lib)" ] && { rc=1; echo "no Python extension at $(py_lib)"; }
   if [ $rc = 0 ]; then
-    note "built for sm_$arch with -lineinfo; $(grep -cE '(warning|Warning)[: ]' "$log") warning lines"
+    note "built for sm_$arch with -lineinfo$([ $python = ON ] && echo ', Python extension' || echo ', NO Python extension (no tvm_ffi)'); $(grep -cE '(warning|Warning)[: ]' "$log") warning lines"
   else
     note "build failed: $(grep -c '^FAILED: ' "$log") target(s) (see build.log); the rest built with -k 0"
   fi
@@ -210,8 +278,11 @@ step_tests() {
   local stop
   stop=$(date -d "@$(($(date +%s) + SG_BUDGET - 8))" '+%H:%M:%S')
   local rc=0
-  REQUIRE_GPU=1 ctest --test-dir "$SG_BUILD" -j "$SG_JOBS" --timeout "$PER_TEST_TIMEOUT" \
-    --stop-time "$stop" -E '^(package\.engine_consumer|bench\.smoke\..*)$' --no-tests=error \
+  # python.pytest: the python step runs it, GPU file first. CUDA_MODULE_LOADING=EAGER: a test
+  # kernel's first launch behind time_device's spinning kernel must not wait for a module load.
+  REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER ctest --test-dir "$SG_BUILD" -j "$SG_JOBS" \
+    --timeout "$PER_TEST_TIMEOUT" --stop-time "$stop" \
+    -E '^(package\.engine_consumer|bench\.smoke\..*|python\.pytest)$' --no-tests=error \
     --output-on-failure --output-junit "$junit" || rc=1
   local log=$SG_LOGS/tests.log total=0 failed=0 skipped=0
   if [ -s "$junit" ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Part of scripts/gpu-check.sh (sourced in step mode): the run-compare, sanitizer, python, torch-example, benchmark and peer-torch steps.
+# Part of scripts/gpu-check.sh (sourced in step mode): the run-compare, sanitizer and benchmark steps.
 # shellcheck disable=SC2317,SC2034
 
 step_run_compare() {
@@ -12,7 +12,7 @@ step_run_compare() {
   local rc=0 r why=""
   for r in "${runs[@]}"; do
     banner "specgraph run --executor ${r%%:*} ${RUN_CONFIG[*]}"
-    "$tool" run --executor "${r%%:*}" "${RUN_CONFIG[@]}" --json "$SG_LOGS/run-${r#*:}.json" \
+    CUDA_MODULE_LOADING=EAGER "$tool" run --executor "${r%%:*}" "${RUN_CONFIG[@]}" --json "$SG_LOGS/run-${r#*:}.json" \
       2>"$SG_WORK/run-compare.err" || { rc=1; why+="${r%%:*} run: $(tail -1 "$SG_WORK/run-compare.err"); "; }
     cat "$SG_WORK/run-compare.err"
   done
@@ -70,19 +70,42 @@ EOF
   return $rc
 }
 
-# sanitize TOOL: compute-sanitizer --tool TOOL over the cuda instances of every test binary, a few
-# binaries at a time. A machine that refuses the sanitizer (absent, unsupported device, no
-# permission) gives 'refused' with its message.
+# sanitized_binaries: the test binaries whose --gtest_list_tests lists a test for
+# SANITIZER_FILTER (a binary without one makes compute-sanitizer fail: "terminated before first
+# instrumented API call"), into SAN_BINS; counts binaries_total, binaries_selected, cuda_tests.
+sanitized_binaries() {
+  local t n all=0 tests=0
+  SAN_BINS=()
+  for t in "$SG_BUILD"/tests/*_test; do
+    [ -x "$t" ] && [ -f "$t" ] || continue
+    all=$((all + 1))
+    n=$("$t" --gtest_list_tests --gtest_filter="$SANITIZER_FILTER" 2>/dev/null | grep -c '^  ')
+    echo "$(basename "$t"): ${n:-0} test(s) for $SANITIZER_FILTER"
+    [ "${n:-0}" -gt 0 ] && SAN_BINS+=("$t") && tests=$((tests + n))
+  done
+  count binaries_total "$all"
+  count binaries_selected "${#SAN_BINS[@]}"
+  count cuda_tests "$tests"
+  SAN_TESTS=$tests
+}
+
+# sanitize TOOL: compute-sanitizer --tool TOOL over the cuda tests of the binaries that have some,
+# a few binaries at a time. A machine that refuses the sanitizer (absent, unsupported device, no
+# permission) gives 'refused' with its message. The dry run selects the binaries, then skips.
 sanitize() {
   local tool=$1
-  [ "$SG_DRY" = 1 ] && dry_skip
+  sanitized_binaries
+  local bins=("${SAN_BINS[@]}")
+  if [ "$SG_DRY" = 1 ]; then
+    ((${#bins[@]})) || { note "dry run: no test binary lists a test for $SANITIZER_FILTER"; return 1; }
+    note "skipped (dry run): needs a GPU; would run $SAN_TESTS cuda tests in ${#bins[@]} binaries"
+    exit $EX_SKIP
+  fi
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   [ -n "$cs" ] || { note "refused: compute-sanitizer is not on this machine"; exit $EX_REFUSED; }
-  local bins=()
   local t
-  for t in "$SG_BUILD"/tests/*_test; do [ -x "$t" ] && [ -f "$t" ] && bins+=("$t"); done
-  ((${#bins[@]})) || { note "no test binaries (build failed?)"; return 1; }
+  ((${#bins[@]})) || { note "no test binary lists a cuda test (build failed?)"; return 1; }
   mkdir -p "$SG_WORK/$tool"
   # Per binary: its own log; in parallel, 4 at a time (one GPU, but the sanitizer is CPU-heavy).
   # All stop 8 s before the step's budget runs out, so that the tally below still happens.
@@ -93,7 +116,7 @@ sanitize() {
     left=$((SAN_DEADLINE - $(date +%s)))
     if [ $left -lt 2 ]; then echo "not started: no time left in the step budget"; echo "exit=124"
     else
-      REQUIRE_GPU=1 SPECGRAPH_PROPERTY_CASES=$PROPERTY_CASES timeout -k 2 "$left" \
+      REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER SPECGRAPH_PROPERTY_CASES=$PROPERTY_CASES timeout -k 2 "$left" \
         "$CS" --tool "$TOOL" --error-exitcode 99 --print-limit 50 "$1" \
         --gtest_filter="$SANITIZER_FILTER"
       echo "exit=$?"
@@ -142,83 +165,62 @@ sanitize() {
 step_memcheck() { sanitize memcheck; }
 step_initcheck() { sanitize initcheck; }
 
-step_python() {
-  if [ ! -d python ] && [ ! -f pyproject.toml ]; then
-    note "skipped: no python/ or pyproject.toml"
+
+# The benchmarks: one program run per BENCH_RUNS entry, each with its own JSON and a share of the
+# step's time, so a slow or failing selection leaves the others' JSON whole. A failing benchmark
+# ends with SkipWithError (bench/bench_support.hpp): its entry in the JSON says error_occurred.
+# The dry run checks that every selection, with cuda read as host, still matches benchmarks.
+step_benchmarks() {
+  local deadline=$(($(date +%s) + SG_BUDGET - 3)) rc=0 failed=() total=0 entry
+  local i=0 n_runs=${#BENCH_RUNS[@]}
+  for entry in "${BENCH_RUNS[@]}"; do
+    local name prog filter
+    IFS='|' read -r name prog filter <<<"$entry"
+    local b=$SG_BUILD/bench/$prog
+    [ -x "$b" ] || { failed+=("$name (no $prog)"); rc=1; i=$((i + 1)); continue; }
+    if [ "$SG_DRY" = 1 ]; then
+      local host=${filter//\/cuda\//\/host[a-z-]*\/} n
+      n=$("$b" --benchmark_list_tests --benchmark_filter="$host" 2>/dev/null | grep -c .)
+      echo "$name: $prog --benchmark_filter='$host' lists ${n:-0}"
+      count "${name}_host_matches" "${n:-0}"
+      [ "${n:-0}" -gt 0 ] || { failed+=("$name (matches nothing)"); rc=1; }
+      i=$((i + 1))
+      continue
+    fi
+    # This run's share: the time left split evenly over the runs still to go.
+    local left=$((deadline - $(date +%s))) share json=$SG_LOGS/bench_$name.json
+    share=$((left / (n_runs - i)))
+    i=$((i + 1))
+    if [ $share -lt 2 ]; then failed+=("$name (no time left)"); rc=1; continue; fi
+    banner "$prog --benchmark_filter='$filter' (at most $share s)"
+    local brc=0
+    CUDA_MODULE_LOADING=EAGER timeout -k 1 "$share" "$b" --benchmark_filter="$filter" \
+      --benchmark_min_time="$BENCH_MIN_TIME" --benchmark_out="$json" \
+      --benchmark_out_format=json || brc=$?
+    local got errs
+    got=$(grep -c '"run_name"' "$json" 2>/dev/null)
+    errs=$(grep -c '"error_occurred": true' "$json" 2>/dev/null)
+    count "${name}_benchmarks" "${got:-0}"
+    count "${name}_errors" "${errs:-0}"
+    total=$((total + ${got:-0}))
+    case $brc in
+      0) [ "${got:-0}" -gt 0 ] || { failed+=("$name (no benchmarks ran)"); rc=1; }
+         [ "${errs:-0}" = 0 ] || { failed+=("$name ($errs errors)"); rc=1; } ;;
+      124 | 137) failed+=("$name (timed out after $share s; JSON incomplete)"); rc=1 ;;
+      *) failed+=("$name (exit $brc)"); rc=1 ;;
+    esac
+  done
+  count runs "$n_runs"
+  if [ "$SG_DRY" = 1 ]; then
+    [ $rc = 0 ] || { note "dry run: selections: ${failed[*]}"; return 1; }
+    note "skipped (dry run): needs a GPU; all $n_runs selections match host benchmarks"
     exit $EX_SKIP
   fi
-  [ "$SG_DRY" = 1 ] && dry_skip
-  local links=()
-  [ -d .whl ] && links=(--find-links .whl)
-  # --no-build-isolation installs no build requirements: the build needs tvm_ffi already.
-  python3 -c "import tvm_ffi" 2>/dev/null ||
-    python3 -m pip install --no-index "${links[@]}" apache-tvm-ffi ||
-    { note "apache-tvm-ffi not installable offline (run scripts/bundle-deps.sh: .whl/)"; return 1; }
-  python3 -m pip install --no-build-isolation --no-index "${links[@]}" . ||
-    { note "pip install failed"; return 1; }
-  local junit=$SG_LOGS/pytest-junit.xml rc=0
-  REQUIRE_GPU=1 python3 -m pytest python/tests -q --junitxml="$junit" || rc=1
-  if [ -s "$junit" ]; then
-    local head
-    head=$(tr '\n\t' '  ' <"$junit" | grep -m1 -o '<testsuite [^>]*>')
-    local n f e s
-    n=$(echo "$head" | grep -oE ' tests="[0-9]+"' | grep -oE '[0-9]+')
-    f=$(echo "$head" | grep -oE ' failures="[0-9]+"' | grep -oE '[0-9]+')
-    e=$(echo "$head" | grep -oE ' errors="[0-9]+"' | grep -oE '[0-9]+')
-    s=$(echo "$head" | grep -oE ' skipped="[0-9]+"' | grep -oE '[0-9]+')
-    count tests "${n:-0}"
-    count failed $((${f:-0} + ${e:-0}))
-    count skipped "${s:-0}"
-    count passed $((${n:-0} - ${f:-0} - ${e:-0} - ${s:-0}))
-  fi
-  note "pytest: $(tail -1 "$SG_LOGS/python.log")"
-  return $rc
-}
-
-step_torch_example() {
-  [ -f examples/torch_draft_loop.py ] || { note "skipped: no examples/torch_draft_loop.py"; exit $EX_SKIP; }
-  [ "$SG_DRY" = 1 ] && dry_skip
-  REQUIRE_GPU=1 PYTHONUNBUFFERED=1 python3 examples/torch_draft_loop.py ||
-    { note "examples/torch_draft_loop.py failed"; return 1; }
-  note "examples/torch_draft_loop.py: $(tail -1 "$SG_LOGS/torch-example.log" | cut -c1-120)"
-}
-
-step_benchmarks() {
-  [ "$SG_DRY" = 1 ] && dry_skip
-  local progs=() b
-  for b in "$SG_BUILD"/bench/bench_*; do [ -x "$b" ] && [ -f "$b" ] && progs+=("$b"); done
-  ((${#progs[@]})) || { note "no benchmark programs (build failed?)"; return 1; }
-  local rc=0 n=0 total=0 failed=()
-  for b in "${progs[@]}"; do
-    local name json
-    name=$(basename "$b")
-    json=$SG_LOGS/$name.json
-    banner "$name --benchmark_filter=cuda"
-    if ! "$b" --benchmark_filter=cuda --benchmark_min_time="$BENCH_MIN_TIME" \
-        --benchmark_out="$json" --benchmark_out_format=json; then
-      failed+=("$name")
-      rc=1
-    fi
-    n=$(grep -c '"run_name"' "$json" 2>/dev/null)
-    count "${name}_benchmarks" "${n:-0}"
-    total=$((total + ${n:-0}))
-    [ "${n:-0}" -gt 0 ] || { failed+=("$name (no cuda benchmarks)"); rc=1; }
-  done
-  count programs "${#progs[@]}"
   count benchmarks "$total"
   if [ $rc = 0 ]; then
-    note "$total cuda benchmarks in ${#progs[@]} programs (JSON in logs.tar.gz)"
+    note "$total cuda benchmarks in $n_runs selections (logs/bench_*.json)"
   else
-    note "failed: ${failed[*]}"
+    note "$total cuda benchmarks; failed: ${failed[*]}"
   fi
   return $rc
 }
-
-step_peer_torch() {
-  [ -f bench/peer_torch.py ] || { note "skipped: no bench/peer_torch.py"; exit $EX_SKIP; }
-  [ "$SG_DRY" = 1 ] && dry_skip
-  PYTHONUNBUFFERED=1 python3 bench/peer_torch.py --json "$SG_LOGS/peer-torch.json" ||
-    { note "bench/peer_torch.py failed"; return 1; }
-  note "bench/peer_torch.py: JSON in logs.tar.gz"
-}
-

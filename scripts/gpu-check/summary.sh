@@ -16,6 +16,32 @@ json_val() {  # a number stays a number, anything else becomes a string
   if [[ $1 =~ ^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]]; then printf '%s' "$1"; else json_str "$1"; fi
 }
 step_note() { cat "$SG_WORK/notes/$1" 2>/dev/null | head -1; }
+# The questions the run must answer (scripts/gpu-check/answers.py; the contract checks the ids).
+ANSWER_IDS=(capture step_time expand main_job sanitizers while_round)
+
+# answers.py over the work folder: answers.json and answers.txt there; a fallback saying why not
+# when it fails, so the summaries always hold an answer per question.
+write_answers() {
+  local s q
+  for s in "${STEPS[@]}"; do
+    [ -n "${STATUS[$s]:-}" ] && echo "${STATUS[$s]}" >"$SG_WORK/status/$s"
+  done
+  if ! SG_DRY=$SG_DRY python3 "$SG_ROOT/scripts/gpu-check/answers.py" "$SG_WORK" \
+      2>"$SG_WORK/answers.err"; then
+    local why
+    why="not answered: answers.py failed: $(tail -1 "$SG_WORK/answers.err")"
+    {
+      printf '['
+      for q in "${ANSWER_IDS[@]}"; do
+        [ "$q" = "${ANSWER_IDS[0]}" ] || printf ','
+        printf '{"id":%s,"question":%s,"answered":false,"text":%s}' "$(json_str "$q")" \
+          "$(json_str "$q")" "$(json_str "$why")"
+      done
+      printf ']'
+    } >"$SG_WORK/answers.json"
+    for q in "${ANSWER_IDS[@]}"; do echo "answer $q: $why"; done >"$SG_WORK/answers.txt"
+  fi
+}
 
 write_summaries() {  # from STATUS etc.; steps not run yet read 'skipped' with a reason
   local final=$1 now elapsed s
@@ -28,6 +54,7 @@ write_summaries() {  # from STATUS etc.; steps not run yet read 'skipped' with a
     case ${STATUS[$s]:-} in failed | timeout) overall=1 ;; esac
   done
   [ -n "$INTERRUPTED" ] && overall=1
+  write_answers
   {
     printf '{"schema":1,"tool":"scripts/gpu-check.sh","dry_run":%s,' "$([ $SG_DRY = 1 ] && echo true || echo false)"
     printf '"commit":%s,"describe":%s,"commit_source":%s,' "$(json_str "$SG_COMMIT")" \
@@ -43,7 +70,7 @@ write_summaries() {  # from STATUS etc.; steps not run yet read 'skipped' with a
       bfirst=0
       printf '%s:%s' "$(json_str "$s")" "${BUDGET[$s]}"
     done
-    printf '},' 
+    printf '},"answers":%s,' "$(cat "$SG_WORK/answers.json")"
     printf '"complete":%s,"interrupted":%s,"exit_status":%s,"archive":"logs.tar.gz","steps":[' \
       "$([ "$final" = 1 ] && echo true || echo false)" \
       "$([ -n "$INTERRUPTED" ] && json_str "SIG$INTERRUPTED" || echo null)" "$overall"
@@ -91,6 +118,8 @@ write_summaries() {  # from STATUS etc.; steps not run yet read 'skipped' with a
     local c
     c=$(grep -h -E '^(passed|failed|skipped)=' "$SG_WORK/counts/tests" 2>/dev/null | paste -sd' ' -)
     [ -n "$c" ] && echo "tests: $c"
+    echo "what the run answers (README, 'Running the GPU check'):"
+    cat "$SG_WORK/answers.txt"
     [ "$final" = 1 ] || echo "(incomplete: written while the run was still going)"
     echo "results: $results (summary.txt, summary.json, logs.tar.gz)"
   } >"$results/summary.txt.tmp" && mv "$results/summary.txt.tmp" "$results/summary.txt"

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""answers.py WORK_DIR: the answers of a scripts/gpu-check.sh run to the questions it must answer
+(README, "Running the GPU check"), from the steps' statuses, notes, counts and the JSON they left
+in WORK_DIR (status/, notes/, counts/, logs/). Writes WORK_DIR/answers.json (a list of {id,
+question, answered, text}) and WORK_DIR/answers.txt ("answer ID: TEXT" lines). An answer that
+cannot be given says why: the step's status and note, or what is missing."""
+import json
+import os
+import re
+import sys
+
+QUESTIONS = [
+    ("capture", "capture time and graph memory of the default table, per replay mode"),
+    ("step_time", "per-step device time and host launch time, buckets 1/64/256"),
+    ("expand", "fused expand kernel vs the multi-kernel baseline and the torch op chain"),
+    ("main_job", "specgraph run --executor cuda against its float64 reference"),
+    ("sanitizers", "memcheck and initcheck"),
+    ("while_round", "the WHILE (device-depth) round against per-step replay, same tables"),
+]
+BUCKETS = (1, 64, 256)
+
+
+class Missing(Exception):
+    """Why an answer cannot be given."""
+
+
+def read(work, kind, step):
+    try:
+        with open(os.path.join(work, kind, step), encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def counts(work, step):
+    out = {}
+    for line in read(work, "counts", step).splitlines():
+        m = re.match(r"([^=~]+)[=~](.*)", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def why_not(work, step):
+    status = read(work, "status", step) or "not run"
+    note = read(work, "notes", step).splitlines()
+    return f"{step} {status}" + (f": {note[0]}" if note else "")
+
+
+def bench(work, name, step="benchmarks"):
+    """{(name fields): entry} of logs/bench_NAME.json; Missing when absent or cut short."""
+    path = os.path.join(work, "logs", f"bench_{name}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError:
+        raise Missing(f"no bench_{name}.json ({why_not(work, step)})")
+    except ValueError:
+        raise Missing(f"bench_{name}.json incomplete: the run was cut short ({why_not(work, step)})")
+    runs = [b for b in doc.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"]
+    if not runs:
+        raise Missing(f"bench_{name}.json holds no benchmark ({why_not(work, step)})")
+    return runs
+
+
+def field(b, key):
+    m = re.search(rf"(?:^|/){key}:(\d+)", b["name"])
+    return int(m.group(1)) if m else None
+
+
+def us(b):
+    """The benchmark's (manual) time in microseconds."""
+    scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "ns")]
+    return b["real_time"] * scale
+
+
+def fmt(x):
+    return f"{x:.3g}"
+
+
+def pick(runs, prefix, **args):
+    for b in runs:
+        if b["name"].startswith(prefix) and all(field(b, k) == v for k, v in args.items()):
+            if b.get("error_occurred"):
+                raise Missing(f"{b['name']}: {b.get('error_message', 'error')}")
+            return b
+    raise Missing(f"no {prefix} {args} in the JSON")
+
+
+def capture(work):
+    runs = bench(work, "capture_table")
+    parts = []
+    for mode in ("per_step", "round_graphs", "device_steps", "device_depth"):
+        b = pick(runs, f"lifecycle/capture_table/{mode}/cuda")
+        parts.append(f"{mode} {int(b.get('graphs', 0))} graphs in {fmt(us(b) / 1e3)} ms, "
+                     f"{fmt(b.get('graph_device_bytes', 0) / (1 << 20))} MiB")
+    return "; ".join(parts)
+
+
+def step_time(work):
+    runs = bench(work, "step_time")
+    parts = []
+    for bucket in BUCKETS:
+        steps = []
+        for step in (0, 4):
+            g = pick(runs, "replay/step_device_time/graph/cuda", bucket=bucket, step=step)
+            e = pick(runs, "replay/step_device_time/eager/cuda", bucket=bucket, step=step)
+            steps.append(f"step {step} graph {fmt(us(g))} us device, "
+                         f"{fmt(g.get('host_submit_us', 0))} us host launch (eager "
+                         f"{fmt(us(e))} / {fmt(e.get('host_submit_us', 0))})")
+        parts.append(f"bucket {bucket}: " + ", ".join(steps))
+    return "; ".join(parts)
+
+
+def expand(work):
+    runs = bench(work, "expand")
+    parts = []
+    for bucket in BUCKETS:
+        for step in (0, 4):
+            f = pick(runs, "expand/fused/cuda", bucket=bucket, topk=8, page_size=16, step=step)
+            m = pick(runs, "expand/multipass/cuda", bucket=bucket, topk=8, page_size=16, step=step)
+            parts.append(f"bucket {bucket} step {step}: fused {fmt(us(f))} us, 7-kernel "
+                         f"{fmt(us(m))} us ({fmt(us(m) / us(f))}x)")
+    text = "; ".join(parts)
+    try:
+        with open(os.path.join(work, "logs", "peer-torch.json"), encoding="utf-8") as fh:
+            peer = json.load(fh)
+        rows = [r for r in peer["results"] if r.get("mode") == "graph"]
+        if not rows:
+            raise KeyError(f"no CUDA-graph timings in peer-torch.json (device {peer.get('device')})")
+        text += "; torch op chain (CUDA graphs): " + ", ".join(
+            f"bucket {r['bucket']} step {r['step']} {fmt(r['torch_chain_us'])} us vs specgraph "
+            f"{fmt(r['fused_us'])} us ({fmt(r['ratio'])}x)" for r in rows)
+        if peer.get("failures"):
+            text += f"; {peer['failures']} peer outputs DIFFER"
+    except (OSError, ValueError, KeyError) as e:
+        text += f"; torch op chain: not answered ({why_not(work, 'peer-torch')}; {e})"
+    return text
+
+
+def main_job(work):
+    c = counts(work, "run-compare")
+    status = read(work, "status", "run-compare")
+    if status != "ok" or "cuda_max_relative_error" not in c:
+        raise Missing(why_not(work, "run-compare"))
+    return (f"verified: max relative error {c['cuda_max_relative_error']} (tolerance "
+            f"{c.get('tolerance', '?')}) over {c.get('rounds', '?')} rounds, every round checked; "
+            f"the host executor's report agrees ({c.get('host_max_relative_error', '?')})")
+
+
+def sanitizers(work):
+    parts = []
+    for tool in ("memcheck", "initcheck"):
+        status = read(work, "status", tool)
+        if status not in ("ok", "failed", "timeout"):
+            raise Missing(why_not(work, tool))
+        parts.append(f"{tool} {status}: {read(work, 'notes', tool).splitlines()[0]}")
+    return "; ".join(parts)
+
+
+def while_round(work):
+    runs = bench(work, "round")
+    parts = []
+    for bucket in BUCKETS:
+        dev = {m: us(pick(runs, f"replay/round_device_time/{m}/cuda", bucket=bucket))
+               for m in ("per_step", "round_graphs", "device_steps", "device_depth")}
+        host = {m: pick(runs, f"replay/stage_and_round/{m}/cuda", bucket=bucket)
+                .get("us_round_replay", 0) for m in ("per_step", "device_depth")}
+        parts.append(f"bucket {bucket}: device {fmt(dev['device_depth'])} us (WHILE) vs "
+                     f"{fmt(dev['per_step'])} us per-step ({fmt(dev['device_depth'] / dev['per_step'])}x;"
+                     f" round graph {fmt(dev['round_graphs'])}, counter {fmt(dev['device_steps'])});"
+                     f" host launch {fmt(host['device_depth'])} vs {fmt(host['per_step'])} us")
+    return "; ".join(parts)
+
+
+def main(argv):
+    if len(argv) != 1:
+        print(__doc__.splitlines()[0], file=sys.stderr)
+        return 2
+    work = argv[0]
+    dry = os.environ.get("SG_DRY") == "1"
+    out = []
+    for qid, question in QUESTIONS:
+        if dry:
+            out.append(dict(id=qid, question=question, answered=False,
+                            text="not answered: dry run (no GPU)"))
+            continue
+        try:
+            text, answered = globals()[qid](work), True
+        except Missing as e:
+            text, answered = f"not answered: {e}", False
+        except Exception as e:  # a malformed file must not cost the other answers
+            text, answered = f"not answered: {type(e).__name__}: {e}", False
+        out.append(dict(id=qid, question=question, answered=answered, text=text))
+    with open(os.path.join(work, "answers.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f)
+    with open(os.path.join(work, "answers.txt"), "w", encoding="utf-8") as f:
+        for a in out:
+            f.write(f"answer {a['id']}: {a['text']}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

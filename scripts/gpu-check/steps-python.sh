@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Part of scripts/gpu-check.sh (sourced in step mode): the smoke, python, torch-example and
+# peer-torch steps. Python runs the source tree's package with the extension the build step built
+# (py_env in steps-build.sh), as ctest's python.pytest does.
+# shellcheck disable=SC2317,SC2034
+
+# junit_counts FILE PREFIX: tests/failed/skipped/passed of a JUnit file (pytest's or gtest's) as
+# counts PREFIXtests, ...; echoes "passed/tests".
+junit_counts() {
+  local f=$1 p=$2 n=0 fl=0 e=0 s=0
+  if [ -s "$f" ]; then
+    local head
+    # The first element with totals: gtest's <testsuites>, pytest's <testsuite> (its <testsuites>
+    # root has none).
+    head=$(tr '\n\t' '  ' <"$f" | grep -oE '<testsuites? [^>]*>' | grep -m1 ' tests="')
+    n=$(echo "$head" | grep -oE ' tests="[0-9]+"' | grep -oE '[0-9]+')
+    fl=$(echo "$head" | grep -oE ' failures="[0-9]+"' | grep -oE '[0-9]+')
+    e=$(echo "$head" | grep -oE ' errors="[0-9]+"' | grep -oE '[0-9]+')
+    s=$(echo "$head" | grep -oE ' (skipped|disabled)="[0-9]+"' | head -1 | grep -oE '[0-9]+')
+  fi
+  n=${n:-0} fl=$((${fl:-0} + ${e:-0})) s=${s:-0}
+  count "${p}tests" "$n"
+  count "${p}failed" "$fl"
+  count "${p}skipped" "$s"
+  count "${p}passed" $((n - fl - s))
+  echo "$((n - fl - s))/$n"
+}
+
+# pytest_run SECONDS JUNIT ARGS...: pytest under the package's environment, interrupted at
+# SECONDS with SIGINT: pytest then stops like on Ctrl-C and still writes its JUnit file with the
+# tests it ran (a SIGTERM would lose them); killed 5 s later if it does not stop (torch's
+# teardown can take that long after the JUnit file is written).
+pytest_run() {
+  local seconds=$1 junit=$2
+  shift 2
+  py_env timeout -s INT -k 5 "$seconds" python3 -m pytest -q -rs -p no:cacheprovider \
+    --junitxml="$junit" "$@"
+}
+
+# The newest, riskiest paths first, right after the build: the WHILE node and the device counter
+# in C++ on CUDA, time_device (the benchmarks' clock), and the torch device-depth tests.
+step_smoke() {
+  local rc=0 entry why=() cpp=0 cpp_total=0 t0
+  t0=$(date +%s)
+  for entry in "${SMOKE_CPP[@]}"; do
+    local bin=$SG_BUILD/tests/${entry%%:*} filter=${entry#*:} n
+    [ -x "$bin" ] || { why+=("no ${entry%%:*}"); rc=1; continue; }
+    n=$("$bin" --gtest_list_tests --gtest_filter="$filter" | grep -c '^  ')
+    echo "${entry%%:*} --gtest_filter=$filter: ${n:-0} test(s)"
+    [ "${n:-0}" -gt 0 ] || { why+=("${entry%%:*}: '$filter' selects nothing"); rc=1; }
+    [ "$SG_DRY" = 1 ] && continue
+    banner "${entry%%:*} --gtest_filter=$filter"
+    REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER timeout -k 2 10 "$bin" --gtest_filter="$filter" \
+      --gtest_output="xml:$SG_LOGS/smoke-${entry%%:*}.xml" || { why+=("${entry%%:*} failed"); rc=1; }
+    local got
+    got=$(junit_counts "$SG_LOGS/smoke-${entry%%:*}.xml" "${entry%%_test*}_")
+    cpp=$((cpp + ${got%/*})) cpp_total=$((cpp_total + ${got#*/}))
+  done
+  if [ "$SG_DRY" = 1 ]; then
+    # The torch part's -k must still name tests (they skip at import without a GPU, so pytest
+    # cannot collect them here): pytest's own -k matching over the file's test names.
+    local k
+    k=$(python3 - "${SMOKE_PYTEST[@]}" <<'PY'
+import re, sys
+path, expr = sys.argv[1], sys.argv[3]
+names = re.findall(r"^def (test_\w+)", open(path).read(), re.M)
+words = [w for w in re.split(r"\s+or\s+", expr)]
+print(sum(any(w in n for w in words) for n in names))
+PY
+)
+    echo "torch smoke: ${SMOKE_PYTEST[*]} selects ${k:-0} test(s)"
+    count torch_selected "${k:-0}"
+    [ "${k:-0}" -gt 0 ] || why+=("the torch -k selects nothing")
+    [ ${#why[@]} = 0 ] || { note "dry run: smoke selection: ${why[*]}"; return 1; }
+    note "skipped (dry run): needs a GPU; the C++ filters and the torch -k select tests"
+    exit $EX_SKIP
+  fi
+  [ -f "$(py_lib)" ] || { note "C++ $cpp/$cpp_total passed; no Python extension built (tvm_ffi missing?)"; return 1; }
+  local py left=$((SG_BUDGET - 6 - ($(date +%s) - t0)))
+  banner "pytest ${SMOKE_PYTEST[*]} ($left s)"
+  pytest_run "$left" "$SG_LOGS/smoke-pytest.xml" "${SMOKE_PYTEST[@]}" ||
+    { why+=("torch tests failed"); rc=1; }
+  py=$(junit_counts "$SG_LOGS/smoke-pytest.xml" torch_)
+  [ "${py#*/}" -gt 0 ] || { why+=("no torch test ran"); rc=1; }
+  if [ $rc = 0 ]; then
+    note "C++ WHILE/counter/time_device $cpp/$cpp_total passed; torch device-counter/depth $py passed"
+  else
+    note "C++ $cpp/$cpp_total, torch $py passed; ${why[*]}"
+  fi
+  return $rc
+}
+
+# pytest: the GPU file first in its own call and JUnit file (a timeout or a sticky CUDA error later
+# cannot lose its counts), then the rest without the inductor compile and the example's
+# subprocesses (the torch-example step runs the example on the GPU).
+step_python() {
+  [ "$SG_DRY" = 1 ] && dry_skip
+  [ -f "$(py_lib)" ] || { note "no Python extension built (tvm_ffi missing? see deps.log)"; return 1; }
+  local t0 rc=0 r gpu rest cut=()
+  t0=$(date +%s)
+  banner "pytest python/tests/test_torch_cuda.py"
+  r=0
+  pytest_run $((SG_BUDGET / 2)) "$SG_LOGS/pytest-gpu-junit.xml" python/tests/test_torch_cuda.py ||
+    r=$?
+  case $r in 124 | 137) cut+=("test_torch_cuda.py cut short") ;; esac
+  [ $r = 0 ] || rc=1
+  gpu=$(junit_counts "$SG_LOGS/pytest-gpu-junit.xml" gpu_)
+  local left=$((SG_BUDGET - 6 - ($(date +%s) - t0)))
+  banner "pytest python/tests (the rest, $left s)"
+  r=0
+  if [ $left -gt 5 ]; then
+    SPECGRAPH_SKIP_INDUCTOR=1 pytest_run "$left" "$SG_LOGS/pytest-junit.xml" python/tests \
+      --ignore=python/tests/test_torch_cuda.py \
+      --deselect=python/tests/test_example.py::test_the_torch_example_verifies_on_cpu \
+      --deselect=python/tests/test_example.py::test_the_torch_example_lets_the_device_decide_the_depth_on_cpu ||
+      r=$?
+  else
+    r=124
+  fi
+  case $r in 124 | 137) cut+=("the rest cut short at $left s") ;; esac
+  [ $r = 0 ] || rc=1
+  rest=$(junit_counts "$SG_LOGS/pytest-junit.xml" "")
+  note "test_torch_cuda.py: $gpu passed; the rest: $rest passed (no inductor, no example subprocess)${cut[*]:+; ${cut[*]}}"
+  return $rc
+}
+
+step_torch_example() {
+  [ -f examples/torch_draft_loop.py ] || { note "skipped: no examples/torch_draft_loop.py"; exit $EX_SKIP; }
+  [ "$SG_DRY" = 1 ] && dry_skip
+  [ -f "$(py_lib)" ] || { note "no Python extension built"; return 1; }
+  local rc=0 mode out=() half=$(((SG_BUDGET - 2) / 2))
+  for mode in per-step device-depth; do
+    # 12 rounds, 4 verified against float64: two runs, torch imports and captures in the budget.
+    local args=(--rounds 12 --verify-every 3) log=$SG_WORK/example-$mode.out
+    [ $mode = device-depth ] && args+=(--device-depth)
+    banner "examples/torch_draft_loop.py ${args[*]}"
+    py_env timeout -k 1 "$half" python3 examples/torch_draft_loop.py "${args[@]}" 2>&1 |
+      tee "$log"
+    local r=${PIPESTATUS[0]}
+    local err ms
+    err=$(grep -oE 'max relative error [0-9.e+-]+' "$log" | awk '{print $4}')
+    ms=$(grep -oE '[0-9.]+ ms per step' "$log" | awk '{print $1}')
+    count "${mode//-/_}_max_relative_error" "${err:-none}"
+    count "${mode//-/_}_ms_per_step" "${ms:-none}"
+    if [ "$r" = 0 ] && grep -q 'PASSED$' "$log"; then
+      out+=("$mode PASSED (error ${err:-?}, ${ms:-?} ms/step)")
+    else
+      out+=("$mode FAILED (exit $r)")
+      rc=1
+    fi
+  done
+  note "torch_draft_loop.py: ${out[*]}"
+  return $rc
+}
+
+step_peer_torch() {
+  [ -f bench/peer_torch.py ] || { note "skipped: no bench/peer_torch.py"; exit $EX_SKIP; }
+  [ "$SG_DRY" = 1 ] && dry_skip
+  [ -f "$(py_lib)" ] || { note "no Python extension built"; return 1; }
+  py_env python3 bench/peer_torch.py --buckets "$PEER_TORCH_BUCKETS" \
+    --json "$SG_LOGS/peer-torch.json" || { note "bench/peer_torch.py failed"; return 1; }
+  note "bench/peer_torch.py at buckets $PEER_TORCH_BUCKETS: $(tail -1 "$SG_LOGS/peer-torch.log" | cut -c1-100)"
+}
