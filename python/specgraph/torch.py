@@ -115,8 +115,11 @@ class DraftGraphs:
                  round_graphs: Optional[bool] = None, checked: Optional[str] = None,
                  capture_error_mode: str = "global") -> None:
         if not isinstance(bufs, Buffers) or bufs.framework != "torch":
-            raise InvalidArgument("bufs: DraftGraphs needs Buffers over a torch arena",
-                                  field="bufs")
+            raise InvalidArgument(
+                "bufs: DraftGraphs needs Buffers over a torch arena: specgraph.buffers(plan, "
+                "arena) with arena = torch.empty(plan.total_bytes, dtype=torch.uint8, "
+                "device=\"cuda\"), or specgraph.host_arena(plan, framework=\"torch\") on the CPU",
+                field="bufs")
         self.bufs = bufs
         self.plan = bufs.plan
         self.forward = forward

@@ -74,3 +74,18 @@ def test_without_torch_specgraph_imports_and_specgraph_torch_says_what_to_instal
     assert lines[0] == f"specgraph {specgraph.__version__}", done.stdout
     assert lines[1].startswith("torch | specgraph.torch (DraftGraphs over torch.cuda.graph) needs "
                                "torch, which is not installed: pip install torch"), lines[1]
+
+
+def test_draft_graphs_over_a_numpy_arena_names_the_torch_arenas():
+    from conftest import need_torch
+
+    need_torch()
+    import specgraph.torch as sgt
+
+    plan = specgraph.make_plan(specgraph.DraftConfig(**CFG))
+    bufs = specgraph.buffers(plan, specgraph.host_arena(plan))  # numpy
+    with pytest.raises(specgraph.InvalidArgument) as e:
+        sgt.DraftGraphs(bufs, lambda v: None, req_to_token=None)
+    assert e.value.field == "bufs"
+    assert 'specgraph.host_arena(plan, framework="torch")' in str(e.value), str(e.value)
+    assert 'device="cuda"' in str(e.value), str(e.value)
