@@ -69,6 +69,10 @@ TEST(RunOutput, TheHeaderIsFlushedBeforeAnythingRuns) {
   EXPECT_EQ(r.flushed.front().rfind("specgraph run: host executor, max batch 4", 0), 0u)
       << r.flushed.front();
   EXPECT_EQ(r.flushed.front().find("capture:"), std::string::npos);
+  // Then the plan and the capture, before the rounds run.
+  ASSERT_GE(r.flushed.size(), 2u);
+  EXPECT_NE(r.flushed[1].find("\ncapture: "), std::string::npos) << r.flushed[1];
+  EXPECT_EQ(r.flushed[1].find(" step    d"), std::string::npos) << r.flushed[1];
 }
 
 TEST(RunOutput, TheHeaderStatesTheMode) {

@@ -280,13 +280,15 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
     const plan& pl = engine.runtime().plan();
     sim::run_report report;
     report.capture = engine.capture(progress_bar("capturing"));
+    write_capture_text(out, pl, report.capture);  // before the rounds, flushed like the header
+    out << std::flush;
     if (!p.dot_dir.empty()) engine.runtime().write_dot(p.dot_dir);
     const sim::run_report run = engine.run(progress_bar("rounds"));
     const capture_report cap = report.capture;
     report = run;
     report.capture = cap;
 
-    write_run_text(out, o, pl, report);
+    write_rounds_text(out, o, report);
     if (json_out.is_open()) {
       write_run_json(json_out, o, pl, report);
       json_out.flush();

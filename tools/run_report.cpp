@@ -66,9 +66,7 @@ std::string run_header(const sim::sim_options& o, const std::string& executor) {
   return h.str();
 }
 
-void write_run_text(std::ostream& out, const sim::sim_options& o, const plan& pl,
-                    const sim::run_report& r) {
-  const capture_report& cap = r.capture;
+void write_capture_text(std::ostream& out, const plan& pl, const capture_report& cap) {
   out << std::fixed << std::setprecision(1) << "plan: " << pl.total_bytes << " bytes in one arena ("
       << pl.config.buckets.size() << " buckets up to " << pl.max_bucket()
       << "); today's engine sizing: " << pl.today.total_bytes << " bytes ("
@@ -80,7 +78,11 @@ void write_run_text(std::ostream& out, const sim::sim_options& o, const plan& pl
       << 1e3 * cap.total_seconds << " ms (" << 1e6 * cap.total_seconds / std::max(1, cap.graphs)
       << " us each), " << cap.instantiated << " instantiated, " << cap.updated << " updated; arena "
       << pl.total_bytes << " bytes\n";
-  out << "\n step    d  replays   mean ms    p50 ms    p99 ms   draft tokens/s\n";
+  out << std::defaultfloat;
+}
+
+void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::run_report& r) {
+  out << std::fixed << "\n step    d  replays   mean ms    p50 ms    p99 ms   draft tokens/s\n";
   std::int64_t replays = 0;
   for (const sim::step_stats& st : r.steps) {
     if (st.replays == 0) continue;  // no round reached this step (--depth): no row of zeros

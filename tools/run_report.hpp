@@ -19,10 +19,12 @@ const char* build_commit() noexcept;
 // graph mode, checked), so a pasted output says how it was made.
 std::string run_header(const sim::sim_options& o, const std::string& executor);
 
-// The report after the header: plan, capture (with the arena's bytes), one row per step that
-// ran (a step no round reached, e.g. under --depth, has no row), rounds, verification.
-void write_run_text(std::ostream& out, const sim::sim_options& o, const plan& pl,
-                    const sim::run_report& r);
+// The plan and capture lines (with the arena's bytes), printed once the graphs are captured.
+void write_capture_text(std::ostream& out, const plan& pl, const capture_report& cap);
+
+// The report of the rounds: one row per step that ran (a step no round reached, e.g. under
+// --depth, has no row), the rounds, the verification.
+void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::run_report& r);
 
 // The same as one JSON object (with "version" and "commit"), ending in '\n'.
 void write_run_json(std::ostream& j, const sim::sim_options& o, const plan& pl,
