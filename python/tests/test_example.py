@@ -21,6 +21,9 @@ def test_the_torch_example_verifies_on_cpu():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verification: 4 rounds against a float64 dense reference" in done.stdout, done.stdout
     assert done.stdout.rstrip().endswith("PASSED"), done.stdout
+    # Issue 18: "capture: 0 graphs in 0.000 s, pool 0.0 MiB" read as a failure on the CPU.
+    assert ("specgraph capture: none, eager mode on a CPU arena" in done.stdout
+            and "0 graphs in" not in done.stdout), done.stdout
 
 
 def test_the_torch_example_lets_the_device_decide_the_depth_on_cpu():
@@ -93,20 +96,11 @@ def test_the_torch_example_help_shows_defaults_and_descriptions():
     assert "the same loop run eagerly (default: cuda)" in text, text
 
 
-def test_the_torch_example_without_a_gpu_suggests_the_cpu_and_says_capture_is_eager():
-    import torch
-
-    import specgraph
-
+def test_the_torch_example_without_a_gpu_suggests_the_cpu():
+    # No GPU visible (hidden where there is one), REQUIRE_GPU unset: says so, suggests the CPU.
     env = {k: v for k, v in os.environ.items() if k != "REQUIRE_GPU"}
-    if not (torch.cuda.is_available() and specgraph.CUDA_AVAILABLE):
-        done = subprocess.run([sys.executable, EXAMPLE, "--rounds", "2"], capture_output=True,
-                              text=True, timeout=120, cwd=str(ROOT), env=env)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "no GPU here" in done.stdout and "--rounds 2 --device cpu" in done.stdout, \
-            done.stdout
-    cpu = subprocess.run([sys.executable, EXAMPLE, "--device", "cpu", "--rounds", "2"],
-                         capture_output=True, text=True, timeout=300, cwd=str(ROOT), env=env)
-    assert cpu.returncode == 0, cpu.stdout + cpu.stderr
-    assert ("specgraph capture: none, eager mode on a CPU arena" in cpu.stdout
-            and "0 graphs in" not in cpu.stdout), cpu.stdout
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, EXAMPLE, "--rounds", "2"], capture_output=True,
+                          text=True, timeout=120, cwd=str(ROOT), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no GPU here" in done.stdout and "--rounds 2 --device cpu" in done.stdout, done.stdout
