@@ -44,22 +44,29 @@ import specgraph.torch as sgt
 
 
 def parse():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--topk", type=int, default=4)
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--max-context", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--head-dim", type=int, default=32)
-    p.add_argument("--vocab", type=int, default=128)
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--verify-every", type=int, default=4)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    p.add_argument("--device-depth", action="store_true")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] + " Without a GPU: --device cpu (eager, no graphs).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--max-batch", type=int, default=8,
+                   help="largest batch; the buckets are the planned list up to it")
+    p.add_argument("--topk", type=int, default=4, help="draft branches per request")
+    p.add_argument("--steps", type=int, default=4, help="draft steps per round (num_steps)")
+    p.add_argument("--page-size", type=int, default=16, help="KV page size in tokens")
+    p.add_argument("--max-context", type=int, default=256, help="longest request prefix")
+    p.add_argument("--heads", type=int, default=4, help="attention heads of the toy model")
+    p.add_argument("--head-dim", type=int, default=32, help="head dimension of the toy model")
+    p.add_argument("--vocab", type=int, default=128, help="vocabulary of the toy model")
+    p.add_argument("--rounds", type=int, default=20, help="draft rounds to run")
+    p.add_argument("--verify-every", type=int, default=4,
+                   help="compare every N-th round with the dense float64 reference")
+    p.add_argument("--seed", type=int, default=1, help="random seed of model and requests")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cuda: captured with torch.cuda.graph; cpu: the same loop run eagerly")
+    p.add_argument("--device-depth", action="store_true",
+                   help="one captured step per bucket; the device decides each round's depth")
     p.add_argument("--min-confidence", type=float, default=0.013,
-                   help="the toy model is near-uniform over its vocabulary (1/128 = 0.008)")
+                   help="--device-depth: continue while a real row's top softmax probability "
+                        "reaches this (the toy model is near-uniform: 1/128 = 0.008)")
     return p.parse_args()
 
 
@@ -226,7 +233,9 @@ def main():
     if a.device == "cuda" and not (torch.cuda.is_available() and specgraph.CUDA_AVAILABLE):
         why = ("torch sees no CUDA device" if not torch.cuda.is_available()
                else specgraph.cuda_unavailable_reason())
-        print(f"torch_draft_loop: no GPU here ({why}); nothing to run")
+        print(f"torch_draft_loop: no GPU here ({why}); nothing to run. To run the same loop "
+              f"eagerly on the CPU: {' '.join([os.path.basename(sys.argv[0])] + sys.argv[1:])}"
+              f" --device cpu")
         return 1 if os.environ.get("REQUIRE_GPU") == "1" else 0
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device(a.device)

@@ -1,6 +1,9 @@
 // `specgraph metadata expand|fallback`: JSON in, JSON out, one-line errors naming the field.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -187,6 +190,77 @@ TEST(CliPlan, BadValuesNameTheFlag) {
     EXPECT_EQ(plan_command(c.args, out, err), 2) << c.message;
     EXPECT_NE(err.str().find(c.message), std::string::npos) << err.str();
   }
+}
+
+// Issue 18: `plan --json FILE` said "FILE: missing value"; as
+// `run --json FILE` it now writes the file, and `--json` alone (or `--json -`) prints JSON.
+TEST(CliPlan, JsonGoesToStdoutOrToTheNamedFile) {
+  const std::string path = ::testing::TempDir() + "specgraph_plan_test.json";
+  std::remove(path.c_str());
+  std::ostringstream out, err;
+  ASSERT_EQ(plan_command({"--max-batch", "8", "--json", path, "--topk", "2"}, out, err), 0)
+      << err.str();
+  EXPECT_TRUE(out.str().empty()) << out.str();
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ostringstream want, want_err;
+  ASSERT_EQ(plan_command({"--max-batch", "8", "--topk", "2", "--json"}, want, want_err), 0);
+  EXPECT_EQ(text, want.str());
+  EXPECT_EQ(as_int(json::parse(text).members.at("buckets").items.back(), "bucket"), 8) << text;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--json", "--max-batch", "8", "--topk", "2"},
+        std::vector<std::string>{"--max-batch", "8", "--topk", "2", "--json", "-"},
+        std::vector<std::string>{"--max-batch", "8", "--topk", "2", "--json=-"}}) {
+    std::ostringstream o, e;
+    ASSERT_EQ(plan_command(args, o, e), 0) << e.str();
+    EXPECT_EQ(o.str(), want.str());
+  }
+  std::ostringstream o, e;
+  EXPECT_EQ(plan_command({"--json", "/nonexistent-specgraph-dir/plan.json"}, o, e), 2);
+  EXPECT_NE(e.str().find("--json: cannot write '/nonexistent-specgraph-dir/plan.json'"),
+            std::string::npos)
+      << e.str();
+  std::remove(path.c_str());
+}
+
+// Issue 18: `specgraph metadata` and `metadata expand --help` said "unknown command".
+TEST(CliMetadata, UsageListsTheCommandsAndEachCommandsInputFields) {
+  auto call = [](const std::vector<std::string>& args) {
+    std::istringstream in("{}");
+    std::ostringstream out, err;
+    const int code = metadata_command(args, in, out, err);
+    return result{code, out.str(), err.str()};
+  };
+  const result bare = call({});
+  EXPECT_EQ(bare.code, 2);
+  for (const result& r : {bare, call({"--help"})}) {
+    EXPECT_NE(r.out.find("expand"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("fallback"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(call({"--help"}).code, 0);
+  const result expand = call({"expand", "--help"});
+  EXPECT_EQ(expand.code, 0) << expand.err;
+  for (const char* field : {"page_size", "topk", "decode_length", "slots_read", "last_page_len",
+                            "cache_loc", "capacity"}) {
+    EXPECT_NE(expand.out.find(std::string("  ") + field + " "), std::string::npos) << field;
+  }
+  const result fallback = call({"fallback", "-h"});
+  EXPECT_EQ(fallback.code, 0) << fallback.err;
+  for (const char* field : {"seq_len", "max_count", "capacity"}) {
+    EXPECT_NE(fallback.out.find(std::string("  ") + field + " "), std::string::npos) << field;
+  }
+  const result unknown = call({"expnad"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("unknown metadata command 'expnad' (commands: expand, fallback"),
+            std::string::npos)
+      << unknown.err;
+  const result extra = call({"expand", "case.json"});
+  EXPECT_EQ(extra.code, 2);
+  EXPECT_NE(extra.err.find("takes no arguments"), std::string::npos) << extra.err;
+  // The command itself still runs on stdin.
+  const result runs = call({"fallback"});
+  EXPECT_EQ(runs.code, 2);
+  EXPECT_NE(runs.err.find("seq_len: missing"), std::string::npos) << runs.err;
 }
 
 }  // namespace

@@ -34,11 +34,9 @@ int dispatch(const std::vector<std::string>& args) {
     return specgraph::tools::plan_command(std::vector<std::string>(args.begin() + 1, args.end()),
                                           std::cout, std::cerr);
   }
-  if (args[0] == "metadata" && args.size() == 2 && args[1] == "expand") {
-    return specgraph::tools::metadata_expand(std::cin, std::cout, std::cerr);
-  }
-  if (args[0] == "metadata" && args.size() == 2 && args[1] == "fallback") {
-    return specgraph::tools::metadata_fallback(std::cin, std::cout, std::cerr);
+  if (args[0] == "metadata") {
+    return specgraph::tools::metadata_command(
+        std::vector<std::string>(args.begin() + 1, args.end()), std::cin, std::cout, std::cerr);
   }
   std::string command;
   for (std::size_t i = 0; i < args.size(); ++i) command += (i ? " " : "") + args[i];

@@ -83,7 +83,71 @@ void check_output_size(std::int32_t capacity, std::int64_t rows) {
   }
 }
 
+constexpr const char* metadata_usage =
+    "usage: specgraph metadata <command> < case.json\n"
+    "  Runs one metadata kernel on a case given as a JSON object on stdin (a crash dump, a spec\n"
+    "  vector) and prints the result as JSON; a store past the capacity is refused and listed.\n"
+    "\n"
+    "commands:\n"
+    "  expand     the step's expand page table and cache seqlens (metadata expand --help)\n"
+    "  fallback   the sparse fallback's evenly spaced indices (metadata fallback --help)\n";
+
+constexpr const char* expand_usage =
+    "usage: specgraph metadata expand < case.json\n"
+    "input: one JSON object with the fields\n"
+    "  page_size      int, tokens per KV page, >= 1\n"
+    "  topk           int, draft branches per request, >= 1\n"
+    "  decode_length  int, d: the step's tokens per branch (step s: d = s + 1)\n"
+    "  slots_read     int, slots of each cache_loc row the kernel reads (default decode_length)\n"
+    "  last_page_len  [batch] ints, tokens in each request's last prefix page, in [0, page_size)\n"
+    "  cache_loc      [batch * topk] rows of equal width: each branch's KV slots (int64 >= 0)\n"
+    "  capacity       int, columns of the page table the case writes into, >= 1\n"
+    "output: {\"page_table\": [rows][capacity], \"cache_seqlen\": [rows], \"violations\": [...]}\n"
+    "example: {\"page_size\":4,\"topk\":2,\"decode_length\":1,\"slots_read\":2,\n"
+    "          \"last_page_len\":[3],\"cache_loc\":[[23,24],[31,32]],\"capacity\":2}\n";
+
+constexpr const char* fallback_usage =
+    "usage: specgraph metadata fallback < case.json\n"
+    "input: one JSON object with the fields\n"
+    "  seq_len    int, the sequence length the indices cover, in [0, 2^30]\n"
+    "  max_count  int, the most indices to produce, in [0, 2^24]\n"
+    "  capacity   int, slots of the index buffer, in [1, 2^24]\n"
+    "output: {\"indices\": [...], \"violations\": [...]}\n"
+    "example: {\"seq_len\":48,\"max_count\":4,\"capacity\":4} gives [0,12,24,36]\n";
+
+bool is_help(const std::string& arg) {
+  return arg == "--help" || arg == "-h" || arg == "help";
+}
+
 }  // namespace
+
+int metadata_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out,
+                     std::ostream& err) {
+  if (args.empty()) {  // like `specgraph` alone: the usage, exit status 2
+    out << metadata_usage;
+    return 2;
+  }
+  if (is_help(args[0])) {
+    out << metadata_usage;
+    return 0;
+  }
+  const bool expand = args[0] == "expand", fallback = args[0] == "fallback";
+  if (!expand && !fallback) {
+    err << "specgraph: error: unknown metadata command " << echo(args[0])
+        << " (commands: expand, fallback; run 'specgraph metadata --help')\n";
+    return 2;
+  }
+  if (args.size() > 1) {
+    if (args.size() == 2 && is_help(args[1])) {
+      out << (expand ? expand_usage : fallback_usage);
+      return 0;
+    }
+    err << "specgraph: error: metadata " << args[0] << " takes no arguments (got " << echo(args[1])
+        << "); it reads the case from stdin (run 'specgraph metadata " << args[0] << " --help')\n";
+    return 2;
+  }
+  return expand ? metadata_expand(in, out, err) : metadata_fallback(in, out, err);
+}
 
 int metadata_expand(std::istream& in, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {

@@ -3,11 +3,16 @@
 
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 namespace specgraph::tools {
 
 // Each returns the process exit code: 0 on success, 2 on invalid input (one line on `err`
 // naming the field).
+// `specgraph metadata [expand|fallback] [--help]`: the usage (listing the commands, or a
+// command's input fields) or the command itself on `in`; 2 for an unknown command or argument.
+int metadata_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out,
+                     std::ostream& err);
 int metadata_expand(std::istream& in, std::ostream& out, std::ostream& err);
 int metadata_fallback(std::istream& in, std::ostream& out, std::ostream& err);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -20,7 +21,8 @@ constexpr const char* plan_usage =
     "  --max-batch N --topk N --steps N --page-size N --max-context N\n"
     "  --pool-rows N (default max-batch + 1)  --kv-slots N (default 2^24)\n"
     "  --buckets 1,2,4,...   (default: the common list up to --max-batch)\n"
-    "  --json                print the plan as JSON instead of a table\n"
+    "  --json [FILE]         the plan as JSON instead of a table: to stdout, or written to FILE\n"
+    "                        (as run --json FILE; --json - or a following flag: stdout)\n"
     "defaults: --max-batch 256 --topk 8 --steps 5 --page-size 16 --max-context 4096\n";
 
 std::int64_t number(const std::string& flag, const std::string& text) {
@@ -44,6 +46,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
   c.max_context_len = 4096;
   c.kv_slots = std::int64_t{1} << 24;
   bool json = false;
+  std::string json_path;                  // empty: stdout
   std::optional<std::int32_t> pool_rows;  // absent: the default, max_batch + 1
   // draft_config field names, for errors raised by validate(): reported as the flag.
   const std::pair<const char*, const char*> flag_of[] = {{"max_batch", "--max-batch"},
@@ -61,8 +64,14 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         out << plan_usage;
         return 0;
       }
-      if (flag == "--json") {
+      if (flag == "--json" || flag.rfind("--json=", 0) == 0) {
         json = true;
+        if (flag != "--json") {
+          json_path = flag.substr(7);
+        } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+          json_path = args[++i];
+        }
+        if (json_path == "-") json_path.clear();
         continue;
       }
       if (i + 1 >= args.size()) throw invalid_argument(flag, flag + ": missing value");
@@ -103,6 +112,16 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
                             : static_cast<std::int32_t>(std::min<std::int64_t>(
                                   static_cast<std::int64_t>(c.max_batch) + 1, 1LL << 30));
     const plan p = make_plan(c);
+    if (!json_path.empty()) {
+      std::ofstream file(json_path);
+      file << p.report_json() << '\n';
+      file.flush();
+      if (!file) {
+        err << "specgraph: error: --json: cannot write " << echo(json_path) << '\n';
+        return 2;
+      }
+      return 0;
+    }
     out << (json ? p.report_json() + "\n" : p.report_text());
     return 0;
   } catch (const invalid_argument& e) {

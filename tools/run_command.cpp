@@ -19,6 +19,7 @@
 #include "specgraph/plan.hpp"
 #include "tools/cli_text.hpp"
 #include "tools/json.hpp"
+#include "tools/run_report.hpp"
 #include "tools/sim/sim_engine.hpp"
 
 namespace specgraph::tools {
@@ -31,7 +32,8 @@ constexpr const char* run_usage =
     "  --min-batch N    smallest batch drawn per round (default 1)\n"
     "  --topk N         draft branches per request (default 4)\n"
     "  --steps N        draft steps per round (default 5)\n"
-    "  --depth N|random steps replayed per round, N <= steps (default: all)\n"
+    "  --depth N|random steps replayed per round, N <= steps, or 1..steps drawn per round\n"
+    "                   (default: all; the table then lists only the steps that ran)\n"
     "  --page-size N    KV page size in tokens (default 16)\n"
     "  --heads N        attention heads (default 4)\n"
     "  --head-dim N     head dimension, <= 256 (default 64)\n"
@@ -43,8 +45,14 @@ constexpr const char* run_usage =
     "  --verify-every N (default 10)\n"
     "  --checked        read guard words after every round and check branch layouts\n"
     "  --device-steps   one graph per bucket, the step read from a device counter\n"
-    "  --json FILE      write the report as JSON\n"
-    "  --dump-graphs DIR  one Graphviz file per captured graph\n";
+    "  --json FILE      write the report as JSON (with the version and git commit)\n"
+    "  --dump-graphs DIR  one Graphviz file per captured graph\n"
+    "\n"
+    "output: the configuration (executor, shape, depth, graph mode, checked) first, then the\n"
+    "plan, the capture (graphs, time, the arena's bytes) and one row per step: replays, mean,\n"
+    "p50 and p99 time of a replay (each waited for) and draft tokens/s, the real draft tokens\n"
+    "that step produced (batch x topk per round, padded rows not counted) divided by the summed\n"
+    "time of its replays.\n";
 
 class flag_error : public std::runtime_error {
  public:
@@ -205,25 +213,6 @@ parsed parse(const std::vector<std::string>& args) {
   return p;
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-
-double sum(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return s;
-}
-
 // A one-line progress bar on stderr, shown only on a terminal.
 class progress_bar {
  public:
@@ -244,36 +233,6 @@ class progress_bar {
   std::string label_;
   bool tty_;
 };
-
-void write_json(std::ostream& j, const parsed& p, const plan& pl, const sim::run_report& r) {
-  const sim::sim_options& o = p.options;
-  j << "{\"executor\":" << quote(r.executor) << ",\"config\":{\"max_batch\":" << o.max_batch
-    << ",\"min_batch\":" << o.min_batch << ",\"topk\":" << o.topk << ",\"steps\":" << o.num_steps
-    << ",\"depth\":" << o.depth << ",\"page_size\":" << o.page_size << ",\"heads\":" << o.heads
-    << ",\"head_dim\":" << o.head_dim << ",\"max_context\":" << o.max_context
-    << ",\"rounds\":" << o.rounds << ",\"seed\":" << o.seed
-    << ",\"checked\":" << (o.checked ? "true" : "false")
-    << ",\"device_steps\":" << (o.device_steps ? "true" : "false")
-    << "},\"plan\":" << pl.report_json() << ",\"capture\":{\"graphs\":" << r.capture.graphs
-    << ",\"instantiated\":" << r.capture.instantiated << ",\"updated\":" << r.capture.updated
-    << ",\"total_seconds\":" << r.capture.total_seconds << "},\"steps\":[";
-  for (std::size_t s = 0; s < r.steps.size(); ++s) {
-    const sim::step_stats& st = r.steps[s];
-    const double total = sum(st.seconds);
-    j << (s ? "," : "") << "{\"step\":" << st.step << ",\"decode_length\":" << st.step + 1
-      << ",\"replays\":" << st.replays << ",\"mean_seconds\":" << mean(st.seconds)
-      << ",\"p50_seconds\":" << percentile(st.seconds, 0.5)
-      << ",\"p99_seconds\":" << percentile(st.seconds, 0.99)
-      << ",\"draft_tokens\":" << st.draft_tokens << ",\"draft_tokens_per_second\":"
-      << (total > 0 ? static_cast<double>(st.draft_tokens) / total : 0) << "}";
-  }
-  std::int64_t replays = 0;
-  for (const auto& st : r.steps) replays += st.replays;
-  j << "],\"rounds\":" << r.rounds.size() << ",\"replays\":" << replays
-    << ",\"run_seconds\":" << r.run_seconds << ",\"verification\":{\"rounds\":" << r.verified_rounds
-    << ",\"outputs\":" << r.verified_outputs << ",\"max_relative_error\":" << r.max_relative_error
-    << ",\"tolerance\":" << o.tolerance << ",\"passed\":true}}\n";
-}
 
 }  // namespace
 
@@ -314,55 +273,24 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   try {
     auto ex = make_executor(o.executor);
+    // The configuration first, flushed: on a terminal it stands above the progress bars, piped
+    // it arrives before the run, not with the report at the end.
+    out << run_header(o, ex->name()) << std::flush;
     sim::sim_engine engine(*ex, o);
     const plan& pl = engine.runtime().plan();
     sim::run_report report;
     report.capture = engine.capture(progress_bar("capturing"));
+    write_capture_text(out, pl, report.capture);  // before the rounds, flushed like the header
+    out << std::flush;
     if (!p.dot_dir.empty()) engine.runtime().write_dot(p.dot_dir);
     const sim::run_report run = engine.run(progress_bar("rounds"));
     const capture_report cap = report.capture;
     report = run;
     report.capture = cap;
 
-    out << std::fixed;
-    out << "specgraph run: " << report.executor << " executor, max batch " << o.max_batch
-        << ", topk " << o.topk << ", " << o.num_steps << " steps, page size " << o.page_size << ", "
-        << o.heads << " heads x " << o.head_dim << ", context <= " << o.max_context << ", "
-        << o.rounds << " rounds, seed " << o.seed << "\n";
-    out << std::setprecision(1) << "plan: " << pl.total_bytes << " bytes in one arena ("
-        << pl.config.buckets.size() << " buckets up to " << pl.max_bucket()
-        << "); today's engine sizing: " << pl.today.total_bytes << " bytes ("
-        << static_cast<double>(pl.today.total_bytes) / static_cast<double>(pl.total_bytes)
-        << "x more)\n";
-    out << std::setprecision(3) << "capture: " << cap.graphs << " graphs in "
-        << 1e3 * cap.total_seconds << " ms (" << 1e6 * cap.total_seconds / std::max(1, cap.graphs)
-        << " us each), " << cap.instantiated << " instantiated, " << cap.updated << " updated\n";
-    out << "\n step    d  replays   mean ms    p50 ms    p99 ms   draft tokens/s\n";
-    std::int64_t replays = 0;
-    for (const sim::step_stats& st : report.steps) {
-      const double total = sum(st.seconds);
-      replays += st.replays;
-      out << std::setw(5) << st.step << std::setw(5) << st.step + 1 << std::setw(9) << st.replays
-          << std::setprecision(3) << std::setw(10) << 1e3 * mean(st.seconds) << std::setw(10)
-          << 1e3 * percentile(st.seconds, 0.5) << std::setw(10)
-          << 1e3 * percentile(st.seconds, 0.99) << std::setprecision(0) << std::setw(17)
-          << (total > 0 ? static_cast<double>(st.draft_tokens) / total : 0.0) << "\n";
-    }
-    std::set<std::int32_t> buckets;
-    for (const auto& r : report.rounds) buckets.insert(r.bucket);
-    out << std::setprecision(2) << "\nrounds: " << report.rounds.size() << " (" << replays
-        << " replays, " << buckets.size() << " distinct buckets) in " << report.run_seconds
-        << " s; per-step times include a synchronisation after each replay\n";
-    if (o.verify == sim::sim_options::verify_mode::none) {
-      out << "verification: off (--verify none)\n";
-    } else {
-      out << std::scientific << std::setprecision(2) << "verification: " << report.verified_rounds
-          << " rounds, " << report.verified_outputs
-          << " attention outputs against a float64 dense reference, max relative error "
-          << report.max_relative_error << " (tolerance " << o.tolerance << "): PASSED\n";
-    }
+    write_rounds_text(out, o, report);
     if (json_out.is_open()) {
-      write_json(json_out, p, pl, report);
+      write_run_json(json_out, o, pl, report);
       json_out.flush();
       if (!json_out) throw error("--json: writing " + echo(p.json_path) + " failed");
     }

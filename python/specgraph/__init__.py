@@ -53,7 +53,7 @@ if _env.LOG_LEVEL:
         logger.propagate = False
 _ffi.set_nvtx(_env.NVTX and bool(_has_nvtx))
 
-if "torch" in sys.modules:  # already imported by the engine: register the custom ops now
+if sys.modules.get("torch") is not None:  # imported by the engine: register the custom ops now
     from . import _torch_ops  # noqa: F401
 
 __all__ = [

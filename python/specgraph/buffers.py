@@ -6,6 +6,7 @@ import sys
 from typing import Any, Dict, NamedTuple, Tuple
 
 from . import _ffi
+from ._deps import require
 from .errors import InvalidArgument
 from .plan import Plan
 
@@ -58,7 +59,12 @@ class Buffers:
         self.framework = _framework(arena)
         self.device = _device(arena, self.framework)
         # The C++ side checks the arena (1-D uint8, contiguous, big enough, 256-byte aligned).
-        self._obj = _ffi.make_buffers(plan._handle, arena, initialize)
+        try:
+            self._obj = _ffi.make_buffers(plan._handle, arena, initialize)
+        except InvalidArgument as e:
+            if e.field == "arena" and "aligned" in str(e):  # name the fix: an aligned arena
+                raise InvalidArgument(f"{e}: {ALIGNED_ARENA_HINT}", field="arena") from None
+            raise
         self._views: Dict[Any, Any] = {}
         self.handle = 0  # the torch.library ops' name for these buffers (0: direct calls)
         if self.framework == "torch" and torch_ops:
@@ -258,22 +264,25 @@ def _make_view(arena: Any, framework: str, offset: int, dtype: str, shape: Tuple
 
 
 ARENA_ALIGNMENT = 256
+ALIGNED_ARENA_HINT = ("use specgraph.host_arena(plan) for host memory (numpy's and torch's CPU "
+                      "allocators align less), or a torch CUDA tensor from the caching "
+                      "allocator: torch.empty(plan.total_bytes, dtype=torch.uint8, "
+                      "device=\"cuda\")")
+
 
 
 def host_arena(plan: Plan, *, framework: str = "numpy") -> Any:
     """A zeroed, 256-byte aligned host arena of plan.total_bytes: a numpy uint8 array, or with
     framework="torch" a CPU uint8 tensor sharing its memory. (Allocators align less: numpy to
     16 bytes, torch's CPU allocator to 64; torch's CUDA allocator to 512, enough.)"""
-    import numpy as np
-
+    np = require("numpy", "specgraph.host_arena")
     raw = np.zeros(plan.total_bytes + ARENA_ALIGNMENT, dtype=np.uint8)
     start = (-raw.ctypes.data) % ARENA_ALIGNMENT
     arena = raw[start: start + plan.total_bytes]
     if framework == "numpy":
         return arena
     if framework == "torch":
-        return sys.modules["torch"].from_numpy(arena) if "torch" in sys.modules else \
-            __import__("torch").from_numpy(arena)
+        return require("torch", 'specgraph.host_arena(..., framework="torch")').from_numpy(arena)
     raise InvalidArgument(f"framework: {framework!r} is not numpy or torch", field="framework")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, List, NamedTuple, Optional
 
 from . import _ffi
+from ._deps import require
 
 _KINDS = ("none", "capacity", "layout", "bad input")
 _KERNELS = ("none", "expand_page_table", "prefix_metadata", "sparse_fallback", "sparse_stage",
@@ -63,8 +64,7 @@ def expand_page_table(cache_loc: Any, last_page_len: Any, *, topk: int, page_siz
     int32 host arrays to write into ([rows, stride >= capacity] and [rows]); by default zeroed
     new ones. Host only; runs inline.
     """
-    import numpy as np
-
+    np = require("numpy", "specgraph.metadata.expand_page_table")
     lpl = np.ascontiguousarray(np.asarray(last_page_len, dtype=np.int32).reshape(-1))
     rows = lpl.size * max(int(topk), 1)
     loc = np.ascontiguousarray(np.asarray(cache_loc, dtype=np.int64))
@@ -85,7 +85,7 @@ def sparse_fallback(seq_len: int, max_count: int, capacity: int) -> FallbackResu
     """Evenly spaced indices for an empty selection (docs/metadata.md section 6): count =
     min(max_count, seq_len), step = max(1, ceil(seq_len / count)); at most `capacity` stored,
     an excess index refused and reported. Host only."""
-    import numpy as np
+    np = require("numpy", "specgraph.metadata.sparse_fallback")
 
     out = np.zeros(max(1, min(int(capacity), int(max_count), int(seq_len))), dtype=np.int32)
     r = [int(x) for x in _ffi.sparse_fallback(seq_len, max_count, out, capacity)]

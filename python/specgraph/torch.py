@@ -33,7 +33,15 @@ import time
 from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence,
                     Tuple)
 
-import torch
+try:
+    import torch
+except ImportError as _e:  # say what to install, not a bare "No module named 'torch'"
+    from ._deps import INSTALL
+
+    raise ModuleNotFoundError(
+        "specgraph.torch (DraftGraphs over torch.cuda.graph) needs torch, which is not "
+        f"installed: {INSTALL['torch']} (import specgraph works without it)",
+        name="torch") from _e
 
 from . import _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
@@ -65,7 +73,12 @@ class CaptureReport(NamedTuple):
     mode: str  # "cuda_graph", or "eager" on a CPU arena
 
     def line(self) -> str:
-        """The one log line per capture: parseable, fixed format."""
+        """The one log line per capture: parseable, fixed format. On a CPU arena nothing is
+        captured (CUDA graphs need a CUDA arena) and the line says so instead of "0 graphs"."""
+        if self.mode == "eager":
+            return (f"specgraph capture: none, eager mode on a CPU arena (run_round runs the ops "
+                    f"and the forward directly; CUDA graphs need a CUDA arena), arena "
+                    f"{self.arena_bytes} bytes")
         return (f"specgraph capture: {self.graphs} graphs in {self.seconds:.3f} s, "
                 f"pool {self.pool_bytes / (1 << 20):.1f} MiB, arena {self.arena_bytes} bytes")
 
@@ -102,8 +115,11 @@ class DraftGraphs:
                  round_graphs: Optional[bool] = None, checked: Optional[str] = None,
                  capture_error_mode: str = "global") -> None:
         if not isinstance(bufs, Buffers) or bufs.framework != "torch":
-            raise InvalidArgument("bufs: DraftGraphs needs Buffers over a torch arena",
-                                  field="bufs")
+            raise InvalidArgument(
+                "bufs: DraftGraphs needs Buffers over a torch arena: specgraph.buffers(plan, "
+                "arena) with arena = torch.empty(plan.total_bytes, dtype=torch.uint8, "
+                "device=\"cuda\"), or specgraph.host_arena(plan, framework=\"torch\") on the CPU",
+                field="bufs")
         self.bufs = bufs
         self.plan = bufs.plan
         self.forward = forward

@@ -1,0 +1,144 @@
+#include "tools/run_report.hpp"
+
+#include <algorithm>
+#include <iomanip>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "tools/build_info.hpp"  // generated at build time: SPECGRAPH_BUILD_COMMIT
+#include "tools/json.hpp"
+
+namespace specgraph::tools {
+namespace {
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+double sum(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s;
+}
+
+// Draft tokens/s of one step: the real draft rows it produced (batch x topk of every round that
+// reached it, padded rows not counted) over the summed wall time of its replays, each replay
+// timed up to a synchronisation.
+double tokens_per_second(const sim::step_stats& st) {
+  const double total = sum(st.seconds);
+  return total > 0 ? static_cast<double>(st.draft_tokens) / total : 0.0;
+}
+
+std::string depth_text(const sim::sim_options& o) {
+  if (o.depth < 0) return "random 1.." + std::to_string(o.num_steps);
+  if (o.depth == 0) return "all " + std::to_string(o.num_steps);
+  return std::to_string(o.depth) + " of " + std::to_string(o.num_steps);
+}
+
+}  // namespace
+
+const char* build_version() noexcept {
+  return SPECGRAPH_BUILD_VERSION;
+}
+const char* build_commit() noexcept {
+  return SPECGRAPH_BUILD_COMMIT;
+}
+
+std::string run_header(const sim::sim_options& o, const std::string& executor) {
+  std::ostringstream h;
+  h << "specgraph run: " << executor << " executor, max batch " << o.max_batch << ", topk "
+    << o.topk << ", " << o.num_steps << " steps, depth " << depth_text(o) << ", page size "
+    << o.page_size << ", " << o.heads << " heads x " << o.head_dim
+    << ", context <= " << o.max_context << ", " << o.rounds << " rounds, seed " << o.seed << ", "
+    << (o.device_steps ? "device step counter (--device-steps)" : "per-step graphs") << ", "
+    << (o.checked ? "checked (--checked)" : "unchecked") << "\n";
+  return h.str();
+}
+
+void write_capture_text(std::ostream& out, const plan& pl, const capture_report& cap) {
+  out << std::fixed << std::setprecision(1) << "plan: " << pl.total_bytes << " bytes in one arena ("
+      << pl.config.buckets.size() << " buckets up to " << pl.max_bucket()
+      << "); today's engine sizing: " << pl.today.total_bytes << " bytes ("
+      << static_cast<double>(pl.today.total_bytes) / static_cast<double>(pl.total_bytes)
+      << "x more)\n";
+  // The memory the graphs work in is the arena (the runtime allocates nothing else for them);
+  // graph-private memory exists only under CUDA and is not measured here.
+  out << std::setprecision(3) << "capture: " << cap.graphs << " graphs in "
+      << 1e3 * cap.total_seconds << " ms (" << 1e6 * cap.total_seconds / std::max(1, cap.graphs)
+      << " us each), " << cap.instantiated << " instantiated, " << cap.updated << " updated; arena "
+      << pl.total_bytes << " bytes\n";
+  out << std::defaultfloat;
+}
+
+void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::run_report& r) {
+  out << std::fixed << "\n step    d  replays   mean ms    p50 ms    p99 ms   draft tokens/s\n";
+  std::int64_t replays = 0;
+  for (const sim::step_stats& st : r.steps) {
+    if (st.replays == 0) continue;  // no round reached this step (--depth): no row of zeros
+    replays += st.replays;
+    out << std::setw(5) << st.step << std::setw(5) << st.step + 1 << std::setw(9) << st.replays
+        << std::setprecision(3) << std::setw(10) << 1e3 * mean(st.seconds) << std::setw(10)
+        << 1e3 * percentile(st.seconds, 0.5) << std::setw(10) << 1e3 * percentile(st.seconds, 0.99)
+        << std::setprecision(0) << std::setw(17) << tokens_per_second(st) << "\n";
+  }
+  std::set<std::int32_t> buckets;
+  for (const auto& round : r.rounds) buckets.insert(round.bucket);
+  out << std::setprecision(2) << "\nrounds: " << r.rounds.size() << " (" << replays << " replays, "
+      << buckets.size() << " distinct buckets) in " << r.run_seconds
+      << " s; per-step times include a synchronisation after each replay\n";
+  if (o.verify == sim::sim_options::verify_mode::none) {
+    out << "verification: off (--verify none)\n";
+  } else {
+    out << std::scientific << std::setprecision(2) << "verification: " << r.verified_rounds
+        << " rounds, " << r.verified_outputs
+        << " attention outputs against a float64 dense reference, max relative error "
+        << r.max_relative_error << " (tolerance " << o.tolerance << "): PASSED\n";
+  }
+  out << std::defaultfloat;
+}
+
+void write_run_json(std::ostream& j, const sim::sim_options& o, const plan& pl,
+                    const sim::run_report& r) {
+  j << "{\"version\":" << quote(build_version()) << ",\"commit\":" << quote(build_commit())
+    << ",\"executor\":" << quote(r.executor) << ",\"config\":{\"max_batch\":" << o.max_batch
+    << ",\"min_batch\":" << o.min_batch << ",\"topk\":" << o.topk << ",\"steps\":" << o.num_steps
+    << ",\"depth\":" << o.depth << ",\"page_size\":" << o.page_size << ",\"heads\":" << o.heads
+    << ",\"head_dim\":" << o.head_dim << ",\"max_context\":" << o.max_context
+    << ",\"rounds\":" << o.rounds << ",\"seed\":" << o.seed
+    << ",\"checked\":" << (o.checked ? "true" : "false")
+    << ",\"device_steps\":" << (o.device_steps ? "true" : "false")
+    << "},\"plan\":" << pl.report_json() << ",\"capture\":{\"graphs\":" << r.capture.graphs
+    << ",\"instantiated\":" << r.capture.instantiated << ",\"updated\":" << r.capture.updated
+    << ",\"total_seconds\":" << r.capture.total_seconds << ",\"arena_bytes\":" << pl.total_bytes
+    << "},\"steps\":[";
+  bool first = true;
+  std::int64_t replays = 0;
+  for (const sim::step_stats& st : r.steps) {
+    if (st.replays == 0) continue;  // as in the text: only the steps that ran
+    replays += st.replays;
+    j << (first ? "" : ",") << "{\"step\":" << st.step << ",\"decode_length\":" << st.step + 1
+      << ",\"replays\":" << st.replays << ",\"mean_seconds\":" << mean(st.seconds)
+      << ",\"p50_seconds\":" << percentile(st.seconds, 0.5)
+      << ",\"p99_seconds\":" << percentile(st.seconds, 0.99)
+      << ",\"draft_tokens\":" << st.draft_tokens
+      << ",\"draft_tokens_per_second\":" << tokens_per_second(st) << "}";
+    first = false;
+  }
+  j << "],\"rounds\":" << r.rounds.size() << ",\"replays\":" << replays
+    << ",\"run_seconds\":" << r.run_seconds << ",\"verification\":{\"rounds\":" << r.verified_rounds
+    << ",\"outputs\":" << r.verified_outputs << ",\"max_relative_error\":" << r.max_relative_error
+    << ",\"tolerance\":" << o.tolerance << ",\"passed\":true}}\n";
+}
+
+}  // namespace specgraph::tools
