@@ -111,9 +111,16 @@ def torch_arena_intact(field: str, arena: Any, base: int, nbytes: int) -> None:
         raise InvalidArgument(
             f"{field}: its memory moved (data pointer {ptr:#x}, the buffers were made over "
             f"{base:#x}); make new buffers over the arena", field=field)
+    storage_covers(field, arena, nbytes)
+
+
+def storage_covers(field: str, arena: Any, nbytes: int) -> None:
+    """A torch tensor's storage holds `nbytes` from its data pointer (not freed, not shrunk)."""
+    ptr = arena.data_ptr()
     st = arena.untyped_storage()
     start, size = st.data_ptr(), st.nbytes()
-    if not start <= ptr or ptr + nbytes > start + size:
+    if not start or not start <= ptr or ptr + nbytes > start + size:
         raise InvalidArgument(
-            f"{field}: its storage holds {max(start + size - ptr, 0)} bytes from the arena's "
-            f"start, the plan needs {nbytes} (freed or resized under the buffers?)", field=field)
+            f"{field}: its storage holds {max(start + size - ptr, 0) if start else 0} bytes "
+            f"from the arena's start, the plan needs {nbytes} (freed or resized under the "
+            "buffers?)", field=field)

@@ -22,10 +22,10 @@ from typing import Any, Callable, Dict
 
 import torch
 
-from . import _ffi, ops
+from . import _check, _ffi, ops
 from .errors import InvalidArgument
 
-_OBJECTS: Dict[int, Any] = {}  # handle -> the Buffers' C++ object
+_OBJECTS: Dict[int, Any] = {}  # handle -> (the Buffers' C++ object, the plan's bytes)
 _next_handle = itertools.count(1)
 
 SCHEMAS = {
@@ -46,7 +46,7 @@ SCHEMAS = {
 
 def register(bufs: Any) -> int:
     handle = next(_next_handle)
-    _OBJECTS[handle] = bufs._obj
+    _OBJECTS[handle] = (bufs._obj, bufs.plan.total_bytes)
     weakref.finalize(bufs, _OBJECTS.pop, handle, None)
     return handle
 
@@ -66,7 +66,8 @@ def _on_arena(fn: Callable[..., Any], writes: bool = True) -> Callable[..., None
     arena (a path eager calls never take)."""
 
     def impl(arena: torch.Tensor, handle: int, *args: Any) -> None:
-        obj = _obj(handle)
+        obj, nbytes = _obj(handle)
+        _check.storage_covers("arena", arena, nbytes)  # freed or shrunk memory is never written
         try:
             fn(obj, arena, *args)
         except InvalidArgument as e:
@@ -108,6 +109,7 @@ for _name, _schema in SCHEMAS.items():
 
 # The overloads themselves: calling them skips the packet's overload resolution.
 OPS = SimpleNamespace(**{n: getattr(torch.ops.specgraph, n).default for n in SCHEMAS})
+OPS.is_compiling = torch.compiler.is_compiling
 # check_guards synchronises and returns nothing, so a compiled graph would drop it: under
 # torch.compile specgraph.check_guards runs eagerly instead (a graph break; an error with
 # fullgraph=True), after the compiled work before it.
