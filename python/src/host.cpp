@@ -101,12 +101,12 @@ ffi::Array<ffi::Any> expand_page_table_host(ffi::TensorView cache_loc,
   p.batch = int32_arg("last_page_len", last_page_len.numel());
   const std::int64_t rows = p.batch * static_cast<std::int64_t>(std::max(p.topk, 1));
   SPECGRAPH_EXPECTS(cache_loc.ndim() == 2 && cache_loc.size(0) == rows, "cache_loc",
-                    "shape " + describe_shape(cache_loc) + ", expected [batch * topk = " +
-                        std::to_string(rows) + ", width]");
+                    "shape " + describe_shape(cache_loc) +
+                        ", expected [batch * topk = " + std::to_string(rows) + ", width]");
   check_int_tensor("cache_loc", cache_loc, int_kind::int64, 1, cpu);
   SPECGRAPH_EXPECTS(page_table.ndim() == 2 && page_table.size(0) == rows, "page_table",
-                    "shape " + describe_shape(page_table) + ", expected [batch * topk = " +
-                        std::to_string(rows) + ", stride]");
+                    "shape " + describe_shape(page_table) +
+                        ", expected [batch * topk = " + std::to_string(rows) + ", stride]");
   check_int_tensor("page_table", page_table, int_kind::int32, 1, cpu);
   check_int_tensor("cache_seqlen", cache_seqlen, int_kind::int32, rows, cpu);
   p.cache_loc = static_cast<const std::int64_t*>(address_of(cache_loc));

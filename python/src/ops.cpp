@@ -155,9 +155,9 @@ void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   SPECGRAPH_EXPECTS(req_to_token.ndim() == 2 && req_to_token.size(0) >= c.pool_rows &&
                         req_to_token.size(1) == c.max_context_len,
                     "req_to_token",
-                    "shape " + describe_shape(req_to_token) + ", expected [pool_rows >= " +
-                        std::to_string(c.pool_rows) + ", max_context_len " +
-                        std::to_string(c.max_context_len) + "]");
+                    "shape " + describe_shape(req_to_token) +
+                        ", expected [pool_rows >= " + std::to_string(c.pool_rows) +
+                        ", max_context_len " + std::to_string(c.max_context_len) + "]");
   check_int_tensor("req_to_token", req_to_token, int_kind::int32, 1, b->device);
   setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
               {static_cast<const std::int32_t*>(address_of(req_to_token))});

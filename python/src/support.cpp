@@ -67,8 +67,9 @@ std::string describe_dtype(DLDataType t) {
                        : t.code == kDLFloat   ? "float"
                        : t.code == kDLComplex ? "complex"
                                               : nullptr;
-    s = code != nullptr ? code + std::to_string(t.bits)
-                        : "dtype code " + std::to_string(t.code) + " bits " + std::to_string(t.bits);
+    s = code != nullptr
+            ? code + std::to_string(t.bits)
+            : "dtype code " + std::to_string(t.code) + " bits " + std::to_string(t.bits);
   }
   if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
   return s;
