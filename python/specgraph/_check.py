@@ -71,6 +71,8 @@ def boolean(field: str, value: Any) -> bool:
 
 def real(field: str, value: Any) -> float:
     """A float, an int or a numpy number (not a bool) as a Python float."""
+    if type(value) is float:
+        return value
     if _is_bool(value) or not isinstance(value, numbers.Real):
         raise TypeError(f"{field}: expected a float, got {type_name(value)}")
     try:

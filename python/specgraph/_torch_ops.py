@@ -25,7 +25,10 @@ import torch
 from . import _check, _ffi, ops
 from .errors import InvalidArgument
 
-_OBJECTS: Dict[int, Any] = {}  # handle -> (the Buffers' C++ object, the plan's bytes)
+# handle -> (the Buffers' C++ object, the plan's bytes, the arena's address, its storage, the
+# storage's address and the bytes it must hold): what Buffers._intact compares, without a
+# reference to the Buffers (which would keep it alive)
+_OBJECTS: Dict[int, Any] = {}
 _next_handle = itertools.count(1)
 
 SCHEMAS = {
@@ -46,7 +49,8 @@ SCHEMAS = {
 
 def register(bufs: Any) -> int:
     handle = next(_next_handle)
-    _OBJECTS[handle] = (bufs._obj, bufs.plan.total_bytes)
+    _OBJECTS[handle] = (bufs._obj, bufs.plan.total_bytes, bufs._base, bufs._storage,
+                        bufs._storage_start, bufs._storage_need)
     weakref.finalize(bufs, _OBJECTS.pop, handle, None)
     return handle
 
@@ -66,8 +70,10 @@ def _on_arena(fn: Callable[..., Any], writes: bool = True) -> Callable[..., None
     arena (a path eager calls never take)."""
 
     def impl(arena: torch.Tensor, handle: int, *args: Any) -> None:
-        obj, nbytes = _obj(handle)
-        _check.storage_covers("arena", arena, nbytes)  # freed or shrunk memory is never written
+        obj, nbytes, base, st, start, need = _obj(handle)
+        # Freed or shrunk memory is never written: the arena as made (cheap), or a copy of it.
+        if arena.data_ptr() != base or st.data_ptr() != start or st.nbytes() < need:
+            _check.storage_covers("arena", arena, nbytes)
         try:
             fn(obj, arena, *args)
         except InvalidArgument as e:

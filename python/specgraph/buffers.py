@@ -58,6 +58,10 @@ class Buffers:
         self.framework = _framework(arena)
         self.device = _device(arena, self.framework)
         self._base = _arena_base(arena, self.framework, plan.total_bytes)
+        if self._base is not None:  # what _intact() compares with: the storage and its extent
+            self._storage = arena.untyped_storage()
+            self._storage_start = self._storage.data_ptr()
+            self._storage_need = self._base + plan.total_bytes - self._storage_start
         # The C++ side checks the arena (1-D uint8, contiguous, big enough, 256-byte aligned).
         self._obj = _ffi.make_buffers(plan._handle, arena, initialize)
         self._views: Dict[Any, Any] = {}
@@ -211,10 +215,19 @@ class Buffers:
                                       f"{list(self.plan.buckets)}", field="bucket")
         return bucket
 
+    def _intact(self) -> bool:
+        """A torch arena is where it was, and its storage still holds the plan (cheap)."""
+        st = self._storage
+        return (self.arena.data_ptr() == self._base and st.data_ptr() == self._storage_start
+                and st.nbytes() >= self._storage_need)
+
     def _check_arena(self) -> None:
-        """Before every op: a torch arena still holds the plan's memory where it did."""
-        if self._base is not None:
+        """Before every op: a torch arena still holds the plan's memory where it did; else
+        InvalidArgument("arena") saying what changed."""
+        if self._base is not None and not self._intact():
             _check.torch_arena_intact("arena", self.arena, self._base, self.plan.total_bytes)
+            raise InvalidArgument("arena: its storage changed under the buffers; make new "
+                                  "buffers over the arena", field="arena")
 
     def _sparse(self) -> Any:
         sp = self.plan.config.sparse
