@@ -145,9 +145,9 @@ def _register_draft_graphs(add: Callable[..., None], scalar_op: Callable[..., No
                 kw = dict(buckets=[c.np.int64(2)])
             return Call(lambda: _graphs(c, **kw) and None, expect, field)
         add(f"DraftGraphs.{label}", tor, build)
-    add("DraftGraphs.bufs=numpy", ("numpy",), lambda c: Call(
-        lambda: __import__("specgraph.torch").torch.DraftGraphs(c.bufs, lambda v: None,
-                                                                req_to_token=c.r2t),
+    add("DraftGraphs.bufs=numpy", tor, lambda c: Call(
+        lambda: __import__("specgraph.torch").torch.DraftGraphs(
+            c.sg.buffers(c.plan, c.sg.host_arena(c.plan)), lambda v: None, req_to_token=c.r2t),
         "refuse", "bufs"))
     scalar_op("DraftGraphs.stage_", "bs", [1, 4], [0, -1, 5], lambda c, v: _round(c, bs=v),
               fws=tor)
