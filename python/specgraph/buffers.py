@@ -306,6 +306,10 @@ def host_arena(plan: Plan, *, framework: str = "numpy") -> Any:
     """A zeroed, 256-byte aligned host arena of plan.total_bytes: a numpy uint8 array, or with
     framework="torch" a CPU uint8 tensor sharing its memory. (Allocators align less: numpy to
     16 bytes, torch's CPU allocator to 64; torch's CUDA allocator to 512, enough.)"""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan: expected Plan, got {_check.type_name(plan)}")
+    if framework not in ("numpy", "torch"):  # before allocating
+        raise InvalidArgument(f"framework: {framework!r} is not numpy or torch", field="framework")
     import numpy as np
 
     raw = np.zeros(plan.total_bytes + ARENA_ALIGNMENT, dtype=np.uint8)

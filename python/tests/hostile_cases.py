@@ -25,6 +25,8 @@ CONFIGS = {
                  kv_slots=1024, buckets=(2, 4)),
     "depth": dict(max_batch=4, topk=2, num_steps=3, page_size=4, max_context_len=64, pool_rows=8,
                   kv_slots=1024, buckets=(2, 4), device_steps=True, device_depth=True),
+    "sparse": dict(max_batch=4, topk=2, num_steps=3, page_size=4, max_context_len=64,
+                   pool_rows=8, kv_slots=1024, buckets=(2, 4), sparse=("sparse",)),
 }
 
 
@@ -55,7 +57,11 @@ class Ctx:
 
         self.np, self.sg, self.fw = np, specgraph, fw
         if cfg not in _PLANS:  # plans are immutable: one per configuration and process
-            _PLANS[cfg] = specgraph.make_plan(specgraph.DraftConfig(**CONFIGS[cfg]))
+            fields = dict(CONFIGS[cfg])
+            if "sparse" in fields:
+                fields["sparse"] = specgraph.SparseConfig(heads=2, vertical_size=(4, 2),
+                                                          slash_size=(3, 5), max_keys=256)
+            _PLANS[cfg] = specgraph.make_plan(specgraph.DraftConfig(**fields))
         self.plan = _PLANS[cfg]
         self.cfg = self.plan.config
         n = self.plan.total_bytes
@@ -262,7 +268,6 @@ def _register() -> None:
                lambda c, v: c.sg.count_violations_(c.bufs, v), output=True,
                extra={"int64": (lambda c: c.t([7], "int64"), "refuse")})
     _register_views_and_config()
-    _register_arena()
     _register_metadata()
 
 
@@ -335,74 +340,11 @@ def _sparse_views(c: Ctx, kind: Any) -> Any:
     return tuple(v.shape for v in bufs.sparse_stage_views(kind))
 
 
-def _register_arena() -> None:
-    """The arena's memory changed under the buffers, or a bad arena handed to buffers()."""
-    ops = {
-        "initialize_": lambda c: c.sg.initialize_(c.bufs),
-        "stage_": lambda c: c.sg.stage_(c.bufs, 2, c.rpi, c.seq, c.ocl),
-        "round_setup_": lambda c: c.sg.round_setup_(c.bufs, 2, c.r2t),
-        "step_metadata_": lambda c: c.sg.step_metadata_(c.bufs, 2, 1),
-        "count_violations_": lambda c: c.sg.count_violations_(c.bufs, c.t([0], "int32")),
-        "read_guards": lambda c: c.sg.read_guards(c.bufs),
-        "check_guards": lambda c: c.sg.check_guards(c.bufs),
-    }
-    for op, fn in ops.items():
-        for how in ("freed", "shrunk", "replaced"):
-            def build(ctx: Ctx, fn: Any = fn, how: str = how) -> Call:
-                st = ctx.arena.untyped_storage()
-                if how == "replaced":
-                    ctx.arena.set_(ctx.torch.zeros(ctx.plan.total_bytes + 512, dtype=ctx.torch.uint8,
-                                                   device=ctx.arena.device).untyped_storage(), 256,
-                                   (ctx.plan.total_bytes,))
-                else:
-                    st.resize_(0 if how == "freed" else 100)
-                return Call(lambda: fn(ctx), "refuse", "arena")
-            _add(f"{op}.arena:{how}", ("torch", "cuda"), build)
-    arenas = {
-        "None": lambda c: None, "list": lambda c: [0] * c.plan.total_bytes,
-        "int32": lambda c: c.t([0] * c.plan.total_bytes, "int32"),
-        "short": lambda c: c.arena[: c.plan.total_bytes - 1],
-        "misaligned": lambda c: _misaligned(c), "2-D": lambda c: c.arena.reshape(2, -1),
-        "strided": lambda c: _strided(c),
-        "meta": lambda c: c.torch.empty(c.plan.total_bytes, dtype=c.torch.uint8, device="meta"),
-    }
-    for label, make in arenas.items():
-        fws = ("torch",) if label == "meta" else ("numpy", "torch")
-        _add(f"buffers.arena:{label}", fws, lambda c, make=make: Call(
-            lambda: c.sg.buffers(c.plan, make(c)), "refuse", "arena"))
-    for label, v, e in [("plan=None", None, "refuse"), ("plan=cfg", "cfg", "refuse")]:
-        _add(f"buffers.{label}", ("numpy",), lambda c, v=v, e=e: Call(
-            lambda: c.sg.buffers(c.cfg if v == "cfg" else v, c.arena), e, "plan"))
-    for label, v, e in [("np.True_", ("np", "bool_", True), "ok"), ("1", 1, "refuse"),
-                        ("'yes'", "yes", "refuse")]:
-        _add(f"buffers.initialize={label}", ("numpy",), lambda c, v=v, e=e: Call(
-            lambda: c.sg.buffers(c.plan, c.sg.host_arena(c.plan), initialize=_value(v)) and None,
-            e, "initialize"))
-
-
-def _misaligned(c: Ctx) -> Any:
-    if c.fw == "numpy":
-        raw = c.np.zeros(c.plan.total_bytes + 512, dtype=c.np.uint8)
-        s = (-raw.ctypes.data) % 256 + 8
-    else:
-        raw = c.torch.zeros(c.plan.total_bytes + 512, dtype=c.torch.uint8)
-        s = (-raw.data_ptr()) % 256 + 8
-    return raw[s: s + c.plan.total_bytes]
-
-
-def _strided(c: Ctx) -> Any:
-    if c.fw == "numpy":
-        raw = c.np.zeros(2 * c.plan.total_bytes + 512, dtype=c.np.uint8)
-        s = (-raw.ctypes.data) % 256
-    else:
-        raw = c.torch.zeros(2 * c.plan.total_bytes + 512, dtype=c.torch.uint8)
-        s = (-raw.data_ptr()) % 256
-    return raw[s: s + 2 * c.plan.total_bytes: 2]
-
-
 def _register_metadata() -> None:
+    import hostile_arena
     from hostile_metadata import register
 
+    hostile_arena.register(_add)
     register(_add, _scalar_op, _value, _plain)
 
 

@@ -96,6 +96,46 @@ def register(add: Callable[..., None], scalar_op: Callable[..., None], value: Ca
         scalar_op("sparse_fallback", arg, good, bad,
                   lambda c, v, arg=arg: _fallback(c, **{arg: v}), fws=np_only)
     _register_draft_graphs(add, scalar_op)
+    _register_remaining(add)
+
+
+def _register_remaining(add: Callable[..., None]) -> None:
+    """sparse_stage_, round_graph and host_arena."""
+    from hostile_cases import ALL, Call
+
+    def stage_call(c: Any, how: str) -> Any:
+        st = c.sg.sparse_stages(100, 32)[1]
+        v = {"tuple": tuple(st), "np-fields": st._replace(prev=c.np.int64(st.prev),
+                                                          end=c.np.int32(st.end)),
+             "None": None, "int": 3, "short": tuple(st)[:4], "kind=x": st._replace(kind="x"),
+             "kind=5": st._replace(kind=5), "kind=-1": st._replace(kind=-1),
+             "prev=2**63": st._replace(prev=2**63), "prev=-1": st._replace(prev=-1),
+             "end=2**40": st._replace(end=2**40), "prev='0'": st._replace(prev="0"),
+             "chunk_len=2.0": st._replace(chunk_len=2.0), "dict": st._asdict()}[how]
+        return lambda: c.sg.sparse_stage_(c.bufs, v)
+    for how, expect, field in [("tuple", "ok", "stage"), ("np-fields", "ok", "stage"),
+                               ("None", "refuse", "stage"), ("int", "refuse", "stage"),
+                               ("short", "refuse", "stage"), ("kind=x", "refuse", "kind"),
+                               ("kind=5", "refuse", "kind"), ("kind=-1", "refuse", "kind"),
+                               ("prev=2**63", "refuse", "stage.prev"),
+                               ("prev=-1", "refuse", "stage.prev"), ("end=2**40", "refuse", "end"),
+                               ("prev='0'", "refuse", "stage.prev"),
+                               ("chunk_len=2.0", "refuse", "stage.chunk_len"),
+                               ("dict", "refuse", "stage")]:
+        add(f"sparse_stage_.stage:{how}", ALL, lambda c, how=how, e=expect, f=field: Call(
+            stage_call(c, how), e, f,
+            twin=(lambda d: stage_call(d, "tuple")) if e == "ok" else None), "sparse")
+    for label, body, field in [("cpu", 12345, "arena"), ("str", "x", "step_body"),
+                               ("None", None, "step_body")]:
+        add(f"round_graph.step_body={label}", ("numpy", "torch"), lambda c, b=body, f=field: Call(
+            lambda: c.sg.round_graph(c.bufs, 2, b), "refuse", f), "depth")
+    for label, plan, fw, field in [("plan=None", None, "numpy", "plan"),
+                                   ("plan=cfg", "cfg", "numpy", "plan"),
+                                   ("framework=jax", "plan", "jax", "framework"),
+                                   ("framework=None", "plan", None, "framework")]:
+        add(f"host_arena.{label}", ("numpy",), lambda c, p=plan, fw=fw, f=field: Call(
+            lambda: c.sg.host_arena({"plan": c.plan, "cfg": c.cfg}.get(p), framework=fw),
+            "refuse", f))
 
 
 def _readonly(a: Any) -> Any:

@@ -2,9 +2,9 @@
 nothing written on a refusal, every refusal names its field; and the unusual-but-legal inputs
 (int32 and int64 alike, numpy scalars, batch = max_batch, seq_len = max_context_len) work.
 
-The hostile cases (hostile_cases.py, hostile_metadata.py) and the seeded random fuzzing
-(hostile_fuzz.py) run in worker processes capped to 4 GiB of address space, so a crash or a
-runaway allocation fails a case instead of the session. The rest runs here: each refusal's
+The hostile cases (hostile_cases.py, hostile_arena.py, hostile_metadata.py) and the seeded
+random fuzzing (hostile_fuzz.py) run in worker processes capped to 4 GiB of address space, so a
+crash or a runaway allocation fails a case instead of the session. The rest runs here: each refusal's
 message checked for the value and the limit."""
 
 from __future__ import annotations
