@@ -32,7 +32,11 @@ draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView& arena) {
   SPECGRAPH_EXPECTS(arena.ndim() == 1 && dt.code == kDLUInt && dt.bits == 8 && dt.lanes == 1 &&
                         arena.IsContiguous() &&
                         arena.size(0) >= static_cast<std::int64_t>(b->plan->total_bytes),
-                    "arena", "expected a contiguous 1-D uint8 tensor of the plan's size");
+                    "arena",
+                    describe_shape(arena) + " " + describe_dtype(dt) +
+                        (arena.IsContiguous() ? "" : " (not contiguous)") +
+                        ", expected a contiguous 1-D uint8 tensor of the plan's " +
+                        std::to_string(b->plan->total_bytes) + " bytes");
   SPECGRAPH_EXPECTS(same_device(arena.device(), b->device), "arena",
                     "on " + describe_device(arena.device()) + ", but the buffers are on " +
                         describe_device(b->device));
