@@ -82,6 +82,9 @@ def run_one(name: str) -> Dict[str, Any]:
 def worker() -> None:
     """Reads case names from stdin, writes START/RESULT lines (flushed) to stdout."""
     sys.path.insert(0, HERE)
+    import hostile_cases  # noqa: F401  (and specgraph, numpy, tvm_ffi: before any case is timed)
+
+    print("READY", flush=True)
     for line in sys.stdin:
         name = line.strip()
         if not name:
@@ -109,6 +112,10 @@ class _Worker:
                                   stderr=subprocess.DEVNULL, text=True, preexec_fn=_cap, cwd=HERE)
         self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
+        try:  # the imports are not the first case's time
+            self.ready = self.lines.get(timeout=600) == "READY\n"
+        except queue.Empty:
+            self.ready = False
 
     def _read(self) -> None:
         assert self.p.stdout is not None
@@ -118,6 +125,8 @@ class _Worker:
 
     def run(self, name: str, timeout: float) -> Dict[str, Any]:
         assert self.p.stdin is not None
+        if not self.ready:
+            return dict(outcome="crash", text="the worker did not start")
         try:
             self.p.stdin.write(name + "\n")
             self.p.stdin.flush()
