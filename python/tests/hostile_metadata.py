@@ -152,21 +152,24 @@ def _graphs(c: Any, **kw: Any) -> Any:
     return DraftGraphs(c.bufs, forward, **args)
 
 
-def _staged(c: Any, bs: Any = 2) -> Any:
+def _stage_args(c: Any) -> Any:
+    return c.t([1, 3, 0, 2], "int32"), c.t([9, 13, 5, 7], "int32"), c.t(list(range(24)), "int64")
+
+
+def _captured(c: Any) -> Any:
     g = _graphs(c)
     g.capture()
-    g.stage_(bs, c.t([1, 3, 0, 2], "int32"), c.t([9, 13, 5, 7], "int32"),
-             c.t(list(range(24)), "int64"))
     return g
 
 
-def _round(c: Any, bs: Any = 2) -> Any:
-    _staged(c, bs).run_round()
-    return c.plan.total_bytes
+def _staged(c: Any, bs: Any = 2) -> Any:
+    g = _captured(c)
+    g.stage_(bs, *_stage_args(c))
+    return g
 
 
 def _register_draft_graphs(add: Callable[..., None], scalar_op: Callable[..., None]) -> None:
-    from hostile_cases import Call
+    from hostile_cases import Call, _plain, _scalar_variants, _value
 
     tor = ("torch",)
     for label, kw, expect, field in [
@@ -189,10 +192,13 @@ def _register_draft_graphs(add: Callable[..., None], scalar_op: Callable[..., No
         lambda: __import__("specgraph.torch").torch.DraftGraphs(
             c.sg.buffers(c.plan, c.sg.host_arena(c.plan)), lambda v: None, req_to_token=c.r2t),
         "refuse", "bufs"))
-    scalar_op("DraftGraphs.stage_", "bs", [1, 4], [0, -1, 5], lambda c, v: _round(c, bs=v),
-              fws=tor)
-    from hostile_cases import _plain, _scalar_variants, _value
-
+    for label, v, expect in _scalar_variants([1, 4], [0, -1, 5]):
+        def build_stage(c: Any, v: Any = v, expect: str = expect) -> Any:
+            g = _captured(c)  # the setup (it may write the arena); the call is the staging alone
+            twin = (lambda d: (lambda: _captured(d).stage_(_plain(v), *_stage_args(d)))) \
+                if expect == "ok" else None
+            return Call(lambda: g.stage_(_value(v), *_stage_args(c)), expect, "bs", twin=twin)
+        add(f"DraftGraphs.stage_.bs={label}", tor, build_stage)
     for label, v, expect in _scalar_variants([1, 3], [0, -1, 4], optional=True):
         def build(c: Any, v: Any = v, expect: str = expect) -> Any:
             g = _staged(c)
