@@ -3,7 +3,7 @@
 # with __dlpack__ (numpy arrays, torch tensors, tvm_ffi.Tensor); a torch CUDA tensor among the
 # arguments makes torch's current stream the stream of the call. The public API (specgraph.*)
 # wraps these; call them directly only to skip its checks and dispatch.
-from typing import Any, List, Sequence, Union
+from typing import Any, Dict, List, Sequence, Union
 
 import tvm_ffi
 
@@ -39,6 +39,8 @@ def describe_guard(violations: int, kind: int, kernel: int, row: int, column: in
                    capacity: int, value: int) -> str: ...
 def build_info() -> List[Any]:
     """[version, why CUDA is unavailable ("" if available), has NVTX, built with CUDA]."""
+def limits() -> Dict[str, int]:
+    """specgraph/limits.hpp: max_topk, max_num_steps, max_keys, max_sparse_size, ..."""
 def set_nvtx(on: bool) -> None: ...
 def stream_for(t: Tensor) -> int:
     """The stream an op on t would enqueue on (0 on the CPU)."""

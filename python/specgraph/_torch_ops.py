@@ -22,10 +22,13 @@ from typing import Any, Callable, Dict
 
 import torch
 
-from . import _ffi, ops
+from . import _check, _ffi, ops
 from .errors import InvalidArgument
 
-_OBJECTS: Dict[int, Any] = {}  # handle -> the Buffers' C++ object
+# handle -> (the Buffers' C++ object, the plan's bytes, the arena's address, its storage, the
+# storage's address and the bytes it must hold): what Buffers._intact compares, without a
+# reference to the Buffers (which would keep it alive)
+_OBJECTS: Dict[int, Any] = {}
 _next_handle = itertools.count(1)
 
 SCHEMAS = {
@@ -46,7 +49,8 @@ SCHEMAS = {
 
 def register(bufs: Any) -> int:
     handle = next(_next_handle)
-    _OBJECTS[handle] = bufs._obj
+    _OBJECTS[handle] = (bufs._obj, bufs.plan.total_bytes, bufs._base, bufs._storage,
+                        bufs._storage_start, bufs._storage_need)
     weakref.finalize(bufs, _OBJECTS.pop, handle, None)
     return handle
 
@@ -66,7 +70,10 @@ def _on_arena(fn: Callable[..., Any], writes: bool = True) -> Callable[..., None
     arena (a path eager calls never take)."""
 
     def impl(arena: torch.Tensor, handle: int, *args: Any) -> None:
-        obj = _obj(handle)
+        obj, nbytes, base, st, start, need = _obj(handle)
+        # Freed or shrunk memory is never written: the arena as made (cheap), or a copy of it.
+        if arena.data_ptr() != base or st.data_ptr() != start or st.nbytes() < need:
+            _check.storage_covers("arena", arena, nbytes)
         try:
             fn(obj, arena, *args)
         except InvalidArgument as e:
@@ -108,6 +115,7 @@ for _name, _schema in SCHEMAS.items():
 
 # The overloads themselves: calling them skips the packet's overload resolution.
 OPS = SimpleNamespace(**{n: getattr(torch.ops.specgraph, n).default for n in SCHEMAS})
+OPS.is_compiling = torch.compiler.is_compiling
 # check_guards synchronises and returns nothing, so a compiled graph would drop it: under
 # torch.compile specgraph.check_guards runs eagerly instead (a graph break; an error with
 # fullgraph=True), after the compiled work before it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, NamedTuple, Tuple
 
-from . import _ffi
+from . import _check, _ffi
 from ._deps import require
 from .errors import InvalidArgument
 from .plan import Plan
@@ -58,6 +58,11 @@ class Buffers:
         self.arena = arena
         self.framework = _framework(arena)
         self.device = _device(arena, self.framework)
+        self._base = _arena_base(arena, self.framework, plan.total_bytes)
+        if self._base is not None:  # what _intact() compares with: the storage and its extent
+            self._storage = arena.untyped_storage()
+            self._storage_start = self._storage.data_ptr()
+            self._storage_need = self._base + plan.total_bytes - self._storage_start
         # The C++ side checks the arena (1-D uint8, contiguous, big enough, 256-byte aligned).
         try:
             self._obj = _ffi.make_buffers(plan._handle, arena, initialize)
@@ -181,9 +186,7 @@ class Buffers:
     def view(self, bucket: int, step: int) -> StepView:
         """Everything a forward reads for graph(bucket, step), sliced to the bucket's rows."""
         c = self.plan.config
-        if bucket not in self.plan.buckets:
-            raise InvalidArgument(f"bucket: {bucket} is not one of the planned buckets",
-                                  field="bucket")
+        bucket = self._bucket(bucket)
         s = self._step(step)
         rows = bucket * c.topk
         if c.device_steps:  # one graph serves every step: the whole table, the step on device
@@ -205,8 +208,32 @@ class Buffers:
     def _step(self, step: int) -> int:
         n = self.plan.config.num_steps
         if type(step) is not int or not 0 <= step < n:
-            raise InvalidArgument(f"step: {step} is outside [0, num_steps {n})", field="step")
+            step = _check.index("step", step)
+            if not 0 <= step < n:
+                raise InvalidArgument(f"step: {step} is outside [0, num_steps {n})", field="step")
         return step
+
+    def _bucket(self, bucket: int) -> int:
+        if type(bucket) is not int or bucket not in self.plan.buckets:
+            bucket = _check.index("bucket", bucket)
+            if bucket not in self.plan.buckets:
+                raise InvalidArgument(f"bucket: {bucket} is not one of the planned buckets "
+                                      f"{list(self.plan.buckets)}", field="bucket")
+        return bucket
+
+    def _intact(self) -> bool:
+        """A torch arena is where it was, and its storage still holds the plan (cheap)."""
+        st = self._storage
+        return (self.arena.data_ptr() == self._base and st.data_ptr() == self._storage_start
+                and st.nbytes() >= self._storage_need)
+
+    def _check_arena(self) -> None:
+        """Before every op: a torch arena still holds the plan's memory where it did; else
+        InvalidArgument("arena") saying what changed."""
+        if self._base is not None and not self._intact():
+            _check.torch_arena_intact("arena", self.arena, self._base, self.plan.total_bytes)
+            raise InvalidArgument("arena: its storage changed under the buffers; make new "
+                                  "buffers over the arena", field="arena")
 
     def _sparse(self) -> Any:
         sp = self.plan.config.sparse
@@ -242,6 +269,21 @@ def _device(arena: Any, framework: str) -> str:
     return {1: "cpu", 2: f"cuda:{index}", 3: "cuda_host"}.get(int(kind), f"device {int(kind)}")
 
 
+def _arena_base(arena: Any, framework: str, nbytes: int) -> Any:
+    """Refuses an arena whose memory cannot be written from here; for a torch arena returns its
+    address (the ops check it is still there), else None."""
+    if framework == "numpy" and not arena.flags.writeable:
+        raise InvalidArgument("arena: a read-only array", field="arena")
+    if framework != "torch":
+        return None
+    if arena.device.type not in ("cpu", "cuda"):
+        raise InvalidArgument(f"arena: on {arena.device}: specgraph runs on cpu or cuda memory",
+                              field="arena")
+    if arena.dim() == 1 and arena.numel() >= nbytes:  # else the extension says what is wrong
+        _check.torch_arena_intact("arena", arena, arena.data_ptr(), nbytes)
+    return arena.data_ptr()
+
+
 def _make_view(arena: Any, framework: str, offset: int, dtype: str, shape: Tuple[int, ...]) -> Any:
     """A view of `shape` at byte `offset`: a slice of the arena in its own framework (so the
     framework knows they alias; torch.compile tracks the mutation of the arena through it), or,
@@ -275,7 +317,12 @@ def host_arena(plan: Plan, *, framework: str = "numpy") -> Any:
     """A zeroed, 256-byte aligned host arena of plan.total_bytes: a numpy uint8 array, or with
     framework="torch" a CPU uint8 tensor sharing its memory. (Allocators align less: numpy to
     16 bytes, torch's CPU allocator to 64; torch's CUDA allocator to 512, enough.)"""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan: expected Plan, got {_check.type_name(plan)}")
+    if framework not in ("numpy", "torch"):  # before allocating
+        raise InvalidArgument(f"framework: {framework!r} is not numpy or torch", field="framework")
     np = require("numpy", "specgraph.host_arena")
+
     raw = np.zeros(plan.total_bytes + ARENA_ALIGNMENT, dtype=np.uint8)
     start = (-raw.ctypes.data) % ARENA_ALIGNMENT
     arena = raw[start: start + plan.total_bytes]
@@ -302,5 +349,6 @@ def buffers(plan: Plan, arena: Any, *, initialize: bool = True, torch_ops: bool 
     microseconds less per call, invisible to torch.compile, which then breaks the graph).
     """
     if not isinstance(plan, Plan):
-        raise TypeError(f"plan: expected Plan, got {type(plan).__name__}")
-    return Buffers(plan, arena, initialize, torch_ops)
+        raise TypeError(f"plan: expected Plan, got {_check.type_name(plan)}")
+    return Buffers(plan, arena, _check.boolean("initialize", initialize),
+                   _check.boolean("torch_ops", torch_ops))

@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any, Optional, Sequence, Tuple
 
-from . import _ffi
+from . import _check, _ffi
+from .errors import InvalidArgument
 
 
 def _int(field: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{field}: expected an int, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{field}: expected an int, got {type(value).__name__}") from None
+    return _check.index(field, value)  # numpy integers too; TypeError / InvalidArgument
 
 
 def _ints(field: str, values: Sequence[Any]) -> Tuple[int, ...]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise TypeError(f"{field}: expected a sequence of ints, got {type(values).__name__}")
+        raise TypeError(f"{field}: expected a sequence of ints, got {_check.type_name(values)}")
     return tuple(_int(f"{field}[{i}]", v) for i, v in enumerate(values))
 
 
@@ -73,11 +68,13 @@ class DraftConfig:
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "buckets", _ints("buckets", self.buckets))
         for f in ("checked", "round_graphs", "device_steps", "device_depth"):
-            if not isinstance(getattr(self, f), bool):
-                raise TypeError(f"{f}: expected a bool, got {type(getattr(self, f)).__name__}")
+            object.__setattr__(self, f, _check.boolean(f, getattr(self, f)))
         if self.sparse is not None and not isinstance(self.sparse, SparseConfig):
             raise TypeError("sparse: expected SparseConfig or None, got "
-                            f"{type(self.sparse).__name__}")
+                            f"{_check.type_name(self.sparse)}")
+        if self.sparse is not None and self.sparse.heads == 0:  # the extension's "no sparse"
+            raise InvalidArgument("sparse.heads: 0 is outside [1, limits::max_heads]; pass "
+                                  "sparse=None for no sparse attention", field="sparse.heads")
         object.__setattr__(self, "_plan", self._make())  # validates (the C++ make_plan)
 
     def _make(self) -> Any:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, List, NamedTuple, Optional
 
-from . import _ffi
+from . import _check, _ffi
 from ._deps import require
+from .errors import InvalidArgument
 
 _KINDS = ("none", "capacity", "layout", "bad input")
 _KERNELS = ("none", "expand_page_table", "prefix_metadata", "sparse_fallback", "sparse_stage",
@@ -52,42 +53,108 @@ def _violation(w: Any) -> Violation:
     return Violation(_KINDS[kind], _KERNELS[kernel], row, column, capacity, value, violations)
 
 
+def _limits() -> Any:
+    return _ffi.limits()
+
+
+def _int_array(field: str, values: Any, dtype: str, np: Any) -> Any:
+    """values as a contiguous numpy array of `dtype` (int32 or int64), converted only when every
+    element fits exactly: a float, bool or non-numeric array, or an element out of the dtype's
+    range, is refused naming the element; nothing is truncated or wrapped."""
+    if values is None or isinstance(values, (str, bytes)):
+        raise TypeError(f"{field}: expected an integer array, got {_check.type_name(values)}")
+    a = np.asarray(values)
+    if a.dtype.kind not in "iu":
+        raise InvalidArgument(f"{field}: dtype {a.dtype}, expected {dtype} (integers are not "
+                              "converted from other kinds)", field=field)
+    if a.dtype != dtype and a.size:
+        info = np.iinfo(dtype)
+        bad = np.flatnonzero((a < info.min) | (a > info.max)) if a.dtype.kind == "i" or \
+            a.dtype.itemsize < 8 else np.flatnonzero(a > np.uint64(info.max))
+        if bad.size:
+            where = np.unravel_index(int(bad[0]), a.shape)
+            name = field + "".join(f"[{int(i)}]" for i in where)
+            raise InvalidArgument(f"{name}: {int(a[where])} does not fit in {dtype}", field=name)
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def _output(field: str, value: Any) -> Any:
+    if not hasattr(value, "__dlpack__"):
+        raise TypeError(f"{field}: expected an int32 array (numpy.ndarray or a tensor with "
+                        f"__dlpack__), got {_check.type_name(value)}")
+    flags = getattr(value, "flags", None)
+    if flags is not None and not getattr(flags, "writeable", True):
+        raise InvalidArgument(f"{field}: a read-only array, but it is written", field=field)
+    return value
+
+
 def expand_page_table(cache_loc: Any, last_page_len: Any, *, topk: int, page_size: int,
                       decode_length: int, slots_read: Optional[int] = None,
                       capacity: Optional[int] = None, kv_slots: int = 1 << 62,
                       page_table: Any = None, cache_seqlen: Any = None) -> ExpandResult:
     """Expand metadata (docs/metadata.md section 3) for every row of `cache_loc`.
 
-    cache_loc: int64 [batch * topk, width] slot rows; last_page_len: int32 [batch];
-    slots_read: leading slots read per row (default decode_length: the runtime's slice);
-    capacity: writable columns (default decode_length + 1). page_table / cache_seqlen: optional
-    int32 host arrays to write into ([rows, stride >= capacity] and [rows]); by default zeroed
-    new ones. Host only; runs inline.
+    cache_loc: int64 [batch * topk, width] slot rows (or flat); last_page_len: int32 [batch]
+    (any integer arrays or lists whose values fit; nothing is narrowed); slots_read: leading
+    slots read per row (default decode_length: the runtime's slice); capacity: writable columns
+    (default decode_length + 1; at most limits::max_num_steps + 1 without a page_table).
+    page_table / cache_seqlen: optional int32 host arrays to write into ([rows, stride >=
+    capacity] and [rows]); by default zeroed new ones, allocated once everything else is
+    checked. Host only; runs inline.
     """
     np = require("numpy", "specgraph.metadata.expand_page_table")
-    lpl = np.ascontiguousarray(np.asarray(last_page_len, dtype=np.int32).reshape(-1))
-    rows = lpl.size * max(int(topk), 1)
-    loc = np.ascontiguousarray(np.asarray(cache_loc, dtype=np.int64))
-    if loc.ndim == 1 and rows:
+
+    lim = _limits()
+    topk = _check.int_in("topk", topk, 1, lim["max_topk"], "limits::max_topk")
+    page_size = _check.index("page_size", page_size)
+    d = _check.int_in("decode_length", decode_length, 1, lim["max_num_steps"],
+                      "limits::max_num_steps")
+    slots = d if slots_read is None else _check.index("slots_read", slots_read)
+    cap = d + 1 if capacity is None else _check.index("capacity", capacity)
+    kv_slots = _check.int_in("kv_slots", kv_slots, 1, _check.INT64_MAX)
+    lpl = _int_array("last_page_len", last_page_len, "int32", np).reshape(-1)
+    if lpl.size == 0:
+        raise InvalidArgument("last_page_len: empty, expected [batch >= 1]", field="last_page_len")
+    rows = lpl.size * topk
+    loc = _int_array("cache_loc", cache_loc, "int64", np)
+    if loc.ndim == 1 and loc.size % rows == 0 and loc.size:
         loc = loc.reshape(rows, -1)
-    d = int(decode_length)
-    cap = d + 1 if capacity is None else int(capacity)
+    if loc.ndim != 2 or loc.shape[0] != rows:
+        raise InvalidArgument(f"cache_loc: shape {list(loc.shape)}, expected [batch * topk = "
+                              f"{rows}, width]", field="cache_loc")
     if page_table is None:
-        page_table = np.zeros((rows, max(cap, 1)), dtype=np.int32)
+        most = lim["max_num_steps"] + 1
+        if not 1 <= cap <= most:
+            raise InvalidArgument(f"capacity: {cap} is outside [1, limits::max_num_steps + 1 "
+                                  f"{most}] for a default page_table (pass page_table for a "
+                                  "wider one)", field="capacity")
+        page_table = np.zeros((rows, cap), dtype=np.int32)
+    else:
+        page_table = _output("page_table", page_table)
     if cache_seqlen is None:
         cache_seqlen = np.zeros(rows, dtype=np.int32)
+    else:
+        cache_seqlen = _output("cache_seqlen", cache_seqlen)
     found = _ffi.expand_page_table_host(loc, lpl, page_table, cache_seqlen, topk, page_size, d,
-                                        d if slots_read is None else slots_read, cap, kv_slots)
+                                        slots, cap, kv_slots)
     return ExpandResult(page_table, cache_seqlen, [_violation(w) for w in found])
 
 
 def sparse_fallback(seq_len: int, max_count: int, capacity: int) -> FallbackResult:
     """Evenly spaced indices for an empty selection (docs/metadata.md section 6): count =
     min(max_count, seq_len), step = max(1, ceil(seq_len / count)); at most `capacity` stored,
-    an excess index refused and reported. Host only."""
+    an excess index refused and reported. seq_len in [0, limits::max_keys], max_count in
+    [0, limits::max_sparse_size], capacity in [1, limits::max_sparse_size], checked before the
+    output is allocated. Host only."""
     np = require("numpy", "specgraph.metadata.sparse_fallback")
 
-    out = np.zeros(max(1, min(int(capacity), int(max_count), int(seq_len))), dtype=np.int32)
+    lim = _limits()
+    seq_len = _check.int_in("seq_len", seq_len, 0, lim["max_keys"], "limits::max_keys")
+    max_count = _check.int_in("max_count", max_count, 0, lim["max_sparse_size"],
+                              "limits::max_sparse_size")
+    capacity = _check.int_in("capacity", capacity, 1, lim["max_sparse_size"],
+                             "limits::max_sparse_size")
+    out = np.zeros(max(1, min(capacity, max_count, seq_len)), dtype=np.int32)
     r = [int(x) for x in _ffi.sparse_fallback(seq_len, max_count, out, capacity)]
     violations = [_violation(r[1:])] if r[1] else []
     return FallbackResult(out[: r[0]].copy(), violations)

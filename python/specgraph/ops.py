@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, List, NamedTuple, Optional, Union
 
-from . import _ffi
+from . import _check, _ffi
 from .buffers import Buffers
 from .errors import InvalidArgument
 
@@ -72,19 +72,36 @@ class GuardWord(NamedTuple):
 
 
 def stage_kind(kind: Union[int, str]) -> int:
-    """0, 1, 2 for "intra", "succ", "inter" (ints pass through)."""
+    """0, 1, 2 for "intra", "succ", "inter" (ints in [0, 2] pass through)."""
     if isinstance(kind, str):
         try:
             return STAGE_KINDS.index(kind)
         except ValueError:
             raise InvalidArgument(f"kind: {kind!r} is not intra, succ or inter",
                                   field="kind") from None
-    return int(kind)
+    k = _check.index("kind", kind)
+    if not 0 <= k < len(STAGE_KINDS):
+        raise InvalidArgument(f"kind: {k} is not intra (0), succ (1) or inter (2)", field="kind")
+    return k
+
+
+def _ready(bufs: Buffers) -> Buffers:
+    """Every op's first check: Buffers whose arena still holds the plan's memory."""
+    if not isinstance(bufs, Buffers):
+        raise TypeError(f"bufs: expected specgraph.Buffers, got {_check.type_name(bufs)}")
+    if not bufs.handle or not _torch.is_compiling():  # compiled: the op's implementation checks
+        bufs._check_arena()
+    return bufs
+
+
+def _tensor(bufs: Buffers, field: str, value: Any) -> Any:
+    return _check.tensor(field, value, bufs.arena, bufs.framework)
 
 
 def initialize_(bufs: Buffers) -> None:
     """Zeroes the arena and writes the init-once buffers. Current stream; no sync; NOT
     capture-safe (copies the sparse sizes from host memory)."""
+    _ready(bufs)
     if bufs.handle:
         _torch.initialize_(bufs.arena, bufs.handle)
     else:
@@ -109,10 +126,18 @@ def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
     device_depth mode (docs/device-rounds.md): the round stops after max_depth steps or
     once no real row's confidence reaches min_confidence.
     """
+    _ready(bufs)
+    bs = _check.int_in("bs", bs, 1, bufs.plan.config.max_batch, "max_batch")
+    req_pool_indices = _tensor(bufs, "req_pool_indices", req_pool_indices)
+    seq_lens = _tensor(bufs, "seq_lens", seq_lens)
+    out_cache_loc = _tensor(bufs, "out_cache_loc", out_cache_loc)
+    max_depth = _check.index("max_depth", max_depth)
+    min_confidence = _check.real("min_confidence", min_confidence)
     if bufs.handle:
+        bucket = bufs.plan.bucket_for(bs)  # before anything is written
         _torch.stage_(bufs.arena, bufs.handle, bs, req_pool_indices, seq_lens, out_cache_loc,
                       max_depth, min_confidence)
-        return bufs.plan.bucket_for(bs)
+        return bucket
     return int(_ffi.stage(bufs._obj, bufs.arena, bs, req_pool_indices, seq_lens, out_cache_loc,
                           max_depth, min_confidence))
 
@@ -125,6 +150,8 @@ def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any) -> None:
     captured graph bakes its address in, so it must not move while the graph exists. Current
     stream; no sync; capture-safe.
     """
+    bucket = _ready(bufs)._bucket(bucket)
+    req_to_token = _tensor(bufs, "req_to_token", req_to_token)
     if bufs.handle:
         _torch.round_setup_(bufs.arena, bufs.handle, bucket, req_to_token)
     else:
@@ -135,6 +162,7 @@ def step_metadata_(bufs: Buffers, bucket: int, step: int) -> None:
     """Step `step`'s expand metadata for `bucket` (docs/metadata.md section 3): reads only the
     first d = step + 1 slots of each out_cache_loc row into the d + 1 wide table
     (slice-before-scatter). Current stream; no sync; capture-safe."""
+    bucket, step = _ready(bufs)._bucket(bucket), bufs._step(step)
     if bufs.handle:
         _torch.step_metadata_(bufs.arena, bufs.handle, bucket, step)
     else:
@@ -145,6 +173,7 @@ def step_metadata_device_(bufs: Buffers, bucket: int) -> None:
     """device_steps mode (docs/device-rounds.md): the expand metadata of whatever step the
     device counter (bufs.device_step) is at: d = step + 1 slots read, d + 1 columns written of
     the one shared table, the step's guard word. Current stream; no sync; capture-safe."""
+    bucket = _ready(bufs)._bucket(bucket)
     if bufs.handle:
         _torch.step_metadata_device_(bufs.arena, bufs.handle, bucket)
     else:
@@ -155,6 +184,7 @@ def advance_step_(bufs: Buffers) -> None:
     """device_steps mode: advances the device step counter (the last node of a step graph, so the
     next replay runs the next step). Staging resets it to 0. Current stream; no sync;
     capture-safe."""
+    _ready(bufs)
     if bufs.handle:
         _torch.advance_step_(bufs.arena, bufs.handle)
     else:
@@ -176,6 +206,7 @@ class RoundGraph:
     def launch(self) -> None:
         """One launch on the current stream after stage_(): the depth it runs is left in
         bufs.device_step. Never allocates or synchronises; not inside a capture."""
+        _ready(self.bufs)
         _ffi.launch_round_graph(self._obj, self.bufs.arena)
 
 
@@ -186,14 +217,18 @@ def round_graph(bufs: Buffers, bucket: int, step_body: Any) -> RoundGraph:
     graph and instantiates it (uploaded on the current stream). CUDA arenas of device_depth
     plans; host work; not inside a capture. The body may not hold event or host nodes (CUDA
     refuses them in a conditional body: CaptureFailed names them)."""
+    bucket = _ready(bufs)._bucket(bucket)
     raw = step_body.raw_cuda_graph() if hasattr(step_body, "raw_cuda_graph") else step_body
-    return RoundGraph(bufs, _ffi.round_graph(bufs._obj, bufs.arena, bucket, int(raw)))
+    raw = _check.index("step_body", raw)
+    return RoundGraph(bufs, _ffi.round_graph(bufs._obj, bufs.arena, bucket, raw))
 
 
 def continue_condition_host(bufs: Buffers, bucket: int, flag: Any) -> None:
     """CPU arenas of device_depth plans: the round graph's condition kernel, writing 1 (run
     another step) or 0 into flag (int32 [1]), for drivers that emulate the round by looping
     over the step body on the host. Inline; no stream."""
+    bucket = _ready(bufs)._bucket(bucket)
+    flag = _tensor(bufs, "flag", flag)
     _ffi.continue_condition_host(bufs._obj, bufs.arena, bucket, flag)
 
 
@@ -201,19 +236,24 @@ def sparse_stage_(bufs: Buffers, stage: SparseStage) -> None:
     """Stages the sparse selection (bufs.sparse_inputs()) for one chunk stage into that stage
     kind's buffers, with the capacity-capped fallback (docs/metadata.md section 6). Current
     stream; no sync; capture-safe."""
+    _ready(bufs)
+    if not isinstance(stage, tuple) or len(stage) != len(SparseStage._fields):
+        raise TypeError(f"stage: expected SparseStage, got {_check.type_name(stage)}")
+    stage = SparseStage(*stage)
     k = stage_kind(stage.kind)
+    prev, end, chunk_len, chunk_q_len = (_check.index(f"stage.{f}", getattr(stage, f))
+                                         for f in SparseStage._fields[1:])
     if bufs.handle:
-        _torch.sparse_stage_(bufs.arena, bufs.handle, k, stage.prev, stage.end, stage.chunk_len,
-                             stage.chunk_q_len)
+        _torch.sparse_stage_(bufs.arena, bufs.handle, k, prev, end, chunk_len, chunk_q_len)
     else:
-        _ffi.sparse_stage(bufs._obj, bufs.arena, k, stage.prev, stage.end, stage.chunk_len,
-                          stage.chunk_q_len)
+        _ffi.sparse_stage(bufs._obj, bufs.arena, k, prev, end, chunk_len, chunk_q_len)
 
 
 def sparse_stages(seq_len: int, chunk_len: int) -> List[SparseStage]:
     """The stages of a sequence cut at chunk_len (= chunk_size - local_size). Host only."""
     return [SparseStage(STAGE_KINDS[int(s[0])], int(s[1]), int(s[2]), int(s[3]), int(s[4]))
-            for s in _ffi.sparse_stages(seq_len, chunk_len)]
+            for s in _ffi.sparse_stages(_check.index("seq_len", seq_len),
+                                        _check.index("chunk_len", chunk_len))]
 
 
 def count_violations_(bufs: Buffers, out: Any) -> Any:
@@ -221,6 +261,7 @@ def count_violations_(bufs: Buffers, out: Any) -> Any:
     device): the check an engine can leave on in production, asserting on it asynchronously
     (e.g. torch._assert_async(out[0] == 0)) or reading it when it synchronises anyway. Current
     stream; no sync; capture-safe. Returns `out`."""
+    out = _tensor(_ready(bufs), "out", out)
     if bufs.handle:
         _torch.count_violations_(bufs.arena, bufs.handle, out)
     else:
@@ -230,7 +271,7 @@ def count_violations_(bufs: Buffers, out: Any) -> Any:
 
 def read_guards(bufs: Buffers) -> List[GuardWord]:
     """Every guard word, in index order. Synchronises the current stream; not during capture."""
-    words = _ffi.read_guards(bufs._obj, bufs.arena)
+    words = _ffi.read_guards(_ready(bufs)._obj, bufs.arena)
     return [_guard_word(bufs, i, w) for i, w in enumerate(words)]
 
 
@@ -239,10 +280,13 @@ def check_guards(bufs: Buffers, bucket: Optional[int] = None) -> None:
     the last staged one) and row; does nothing when all are clean. Synchronises the current
     stream; not during capture. Under torch.compile it runs eagerly (a graph break): a compiled
     graph would drop an op that returns nothing."""
+    _ready(bufs)
+    bucket = 0 if bucket is None else _check.index("bucket", bucket)
+    bucket = bufs._bucket(bucket) if bucket else 0  # 0 (or None): the last staged one
     if bufs.handle:
-        _torch.check_guards(bufs.arena, bufs.handle, bucket or 0)
+        _torch.check_guards(bufs.arena, bufs.handle, bucket)
     else:
-        _ffi.check_guards(bufs._obj, bufs.arena, bucket or 0)
+        _ffi.check_guards(bufs._obj, bufs.arena, bucket)
 
 
 _KINDS = ("none", "capacity", "layout", "bad input")

@@ -71,7 +71,7 @@ class Plan:
         """The smallest bucket >= bs; InvalidArgument ("batch") outside [1, max_bucket]."""
         if type(bs) is int and 0 < bs <= self.max_bucket:
             return self._bucket_of[bs]
-        return int(_ffi.bucket_for(self._handle, _int("bs", bs)))  # raises, naming the limit
+        return int(_ffi.bucket_for(self._handle, _int("batch", bs)))  # raises, naming the limit
 
     def find(self, name: str, step: Optional[int] = None) -> BufferSpec:
         """The buffer called `name` (for `step`; None: step-invariant). KeyError if absent."""

@@ -43,7 +43,7 @@ except ImportError as _e:  # say what to install, not a bare "No module named 't
         f"installed: {INSTALL['torch']} (import specgraph works without it)",
         name="torch") from _e
 
-from . import _env
+from . import _check, _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
 from .buffers import Buffers, StepView
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
@@ -54,6 +54,7 @@ from .ops import (RoundGraph, advance_step_, check_guards, continue_condition_ho
 logger = logging.getLogger("specgraph")
 
 ROUND = -1  # the step of a whole-round graph in reports
+MAX_WARMUPS = 100  # eager runs of a graph's work before its capture
 
 Forward = Callable[[StepView], None]
 
@@ -101,7 +102,7 @@ class DraftGraphs:
     exist. buckets: a subset of plan.buckets to capture (default all). pool: a graph memory pool
     handle to share (torch.cuda.graph_pool_handle(); default a new one for these graphs).
     stream: the capture stream (default a new side stream). warmups: eager runs of each graph's
-    work on the capture stream before capturing it. before_capture(bucket, step): called right
+    work on the capture stream before capturing it (0..MAX_WARMUPS). before_capture(bucket, step): called right
     before each capture (step ROUND for a round graph), e.g. the engine's TP barrier.
     round_graphs: also capture a whole-round graph per bucket (default plan.config.round_graphs).
     checked: "off", "async" or "sync" (default SPECGRAPH_CHECKED): the guard check after each
@@ -120,28 +121,40 @@ class DraftGraphs:
                 "arena) with arena = torch.empty(plan.total_bytes, dtype=torch.uint8, "
                 "device=\"cuda\"), or specgraph.host_arena(plan, framework=\"torch\") on the CPU",
                 field="bufs")
+        if not callable(forward):
+            raise TypeError(f"forward: expected a callable (view) -> None, got "
+                            f"{_check.type_name(forward)}")
         self.bufs = bufs
         self.plan = bufs.plan
         self.forward = forward
-        self.req_to_token = req_to_token
-        self.buckets: Tuple[int, ...] = tuple(sorted(buckets or self.plan.buckets, reverse=True))
-        for b in self.buckets:
-            if b not in self.plan.buckets:
-                raise InvalidArgument(f"buckets: {b} is not one of the planned buckets",
-                                      field="buckets")
+        self.req_to_token = _check.tensor("req_to_token", req_to_token, bufs.arena, "torch")
+        if buckets is not None and (isinstance(buckets, (str, bytes)) or
+                                    not hasattr(buckets, "__iter__")):
+            raise TypeError(f"buckets: expected a sequence of ints, got "
+                            f"{_check.type_name(buckets)}")
+        chosen = [bufs._bucket(_check.index(f"buckets[{i}]", b))
+                  for i, b in enumerate(buckets or ())] or list(self.plan.buckets)
+        self.buckets: Tuple[int, ...] = tuple(sorted(set(chosen), reverse=True))
         self.device: torch.device = bufs.arena.device
         self.mode = "cuda_graph" if self.device.type == "cuda" else "eager"
         self.pool = pool
         self.stream = stream
-        self.warmups = int(warmups)
+        self.warmups = _check.int_in("warmups", warmups, 0, MAX_WARMUPS)
+        if before_capture is not None and not callable(before_capture):
+            raise TypeError(f"before_capture: expected a callable (bucket, step) or None, got "
+                            f"{_check.type_name(before_capture)}")
         self.before_capture = before_capture
-        self.round_graphs = self.plan.config.round_graphs if round_graphs is None else round_graphs
+        self.round_graphs = self.plan.config.round_graphs if round_graphs is None else (
+            _check.boolean("round_graphs", round_graphs))
         self.device_steps = self.plan.config.device_steps
         self.device_depth = self.plan.config.device_depth
         if self.device_steps and self.round_graphs:
             raise InvalidArgument("round_graphs: not with a device step counter",
                                   field="round_graphs")
-        self.checked = _env.CHECKED if checked is None else checked
+        if checked is not None and not isinstance(checked, str):
+            raise TypeError(f"checked: expected one of {', '.join(_env.CHECKED_MODES)} (a str), "
+                            f"got {_check.type_name(checked)}")
+        self.checked = _env.CHECKED if checked is None else str(checked)
         if self.checked not in _env.CHECKED_MODES:
             raise InvalidArgument(f"checked: {self.checked!r} is not off, async or sync",
                                   field="checked")
@@ -270,6 +283,7 @@ class DraftGraphs:
 
     def can_run(self, bs: int) -> bool:
         """Whether a round of bs requests has a captured graph (bs within a captured bucket)."""
+        bs = _check.index("bs", bs)
         if not self.captured or not 1 <= bs <= self.plan.max_bucket:
             return False
         return self.plan.bucket_for(bs) in self.buckets
@@ -281,6 +295,7 @@ class DraftGraphs:
         """specgraph.stage_ for the next round, eagerly on the current stream; returns the
         bucket. max_depth (0: num_steps) and min_confidence: the round's controls in device_depth
         mode. No sync; not for use inside a capture."""
+        bs = _check.index("bs", bs)
         if not self.can_run(bs):
             raise InvalidArgument(f"bs: {bs} has no captured bucket (captured: "
                                   f"{list(self.buckets)}; capture() first)", field="bs")
@@ -293,6 +308,7 @@ class DraftGraphs:
     def replay(self, step: int) -> None:
         """Replays graph(staged bucket, step) on the current stream. Steps run in order 0, 1, ...
         after each stage_() (step 0 again restarts the round). Never allocates or syncs."""
+        step = _check.index("step", step)
         if self.bucket == 0:
             raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
         if self.device_depth:
@@ -319,7 +335,7 @@ class DraftGraphs:
         if self.device_depth and depth is not None:
             raise InvalidArgument(f"depth: {depth} given, but the device decides the depth "
                                   "(pass max_depth and min_confidence to stage_)", field="depth")
-        depth = n if depth is None else depth
+        depth = n if depth is None else _check.index("depth", depth)
         if not 1 <= depth <= n:
             raise InvalidArgument(f"depth: {depth} is outside [1, num_steps {n}]", field="depth")
         if self.checked == "async":

@@ -72,6 +72,7 @@ enum class int_kind { int32, int64, int32_or_int64 };
 bool check_int_tensor(const char* field, const ffi::TensorView& t, int_kind kind,
                       std::int64_t min_elements, DLDevice device);
 std::string describe_dtype(DLDataType t);
+std::string describe_shape(const ffi::TensorView& t);  // "[2, 3]"
 std::string describe_device(DLDevice d);
 
 // ---- objects --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 
 #include "python/src/binding.hpp"
 #include "specgraph/guard.hpp"
+#include "specgraph/limits.hpp"
 #include "specgraph/metadata.hpp"
 #include "specgraph/runtime.hpp"
 
@@ -100,10 +101,12 @@ ffi::Array<ffi::Any> expand_page_table_host(ffi::TensorView cache_loc,
   p.batch = int32_arg("last_page_len", last_page_len.numel());
   const std::int64_t rows = p.batch * static_cast<std::int64_t>(std::max(p.topk, 1));
   SPECGRAPH_EXPECTS(cache_loc.ndim() == 2 && cache_loc.size(0) == rows, "cache_loc",
-                    "expected [batch * topk = " + std::to_string(rows) + ", width]");
+                    "shape " + describe_shape(cache_loc) +
+                        ", expected [batch * topk = " + std::to_string(rows) + ", width]");
   check_int_tensor("cache_loc", cache_loc, int_kind::int64, 1, cpu);
   SPECGRAPH_EXPECTS(page_table.ndim() == 2 && page_table.size(0) == rows, "page_table",
-                    "expected [batch * topk = " + std::to_string(rows) + ", stride]");
+                    "shape " + describe_shape(page_table) +
+                        ", expected [batch * topk = " + std::to_string(rows) + ", stride]");
   check_int_tensor("page_table", page_table, int_kind::int32, 1, cpu);
   check_int_tensor("cache_seqlen", cache_seqlen, int_kind::int32, rows, cpu);
   p.cache_loc = static_cast<const std::int64_t*>(address_of(cache_loc));
@@ -199,6 +202,21 @@ void raise_for_test(ffi::String kind, ffi::String message) {
   throw std::runtime_error(m);
 }
 
+// The ranges of specgraph/limits.hpp, for the Python checks that run before an allocation.
+ffi_map limits_map() {
+  return ffi_map{{"max_rows", limits::max_rows},
+                 {"max_batch", static_cast<std::int64_t>(limits::max_batch)},
+                 {"max_topk", static_cast<std::int64_t>(limits::max_topk)},
+                 {"max_num_steps", static_cast<std::int64_t>(limits::max_num_steps)},
+                 {"max_page_size", static_cast<std::int64_t>(limits::max_page_size)},
+                 {"max_context_len", static_cast<std::int64_t>(limits::max_context_len)},
+                 {"max_pool_rows", static_cast<std::int64_t>(limits::max_pool_rows)},
+                 {"max_kv_slots", limits::max_kv_slots},
+                 {"max_heads", static_cast<std::int64_t>(limits::max_heads)},
+                 {"max_sparse_size", static_cast<std::int64_t>(limits::max_sparse_size)},
+                 {"max_keys", static_cast<std::int64_t>(limits::max_keys)}};
+}
+
 ffi::Array<ffi::Any> build_info() {
   bool nvtx = false;
 #if defined(SPECGRAPH_PY_HAS_NVTX)
@@ -226,6 +244,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("specgraph.sparse_stages", checked<&sparse_stages>::call)
       .def("specgraph.describe_guard", describe_guard)
       .def("specgraph.build_info", build_info)
+      .def("specgraph.limits", limits_map)
       .def("specgraph.set_nvtx", set_nvtx_enabled)
       .def("specgraph.raise_for_test", checked<&raise_for_test>::call)
       .def("specgraph.stream_for", stream_for);

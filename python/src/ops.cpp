@@ -27,11 +27,16 @@ bool same_device(DLDevice a, DLDevice b) {
 draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView& arena) {
   void* base = address_of(arena);
   if (base == static_cast<void*>(b->buffers.base())) return b->buffers;
+  SPECGRAPH_EXPECTS(arena.data_ptr() != nullptr, "arena", "no memory (a null data pointer)");
   const DLDataType dt = arena.dtype();
   SPECGRAPH_EXPECTS(arena.ndim() == 1 && dt.code == kDLUInt && dt.bits == 8 && dt.lanes == 1 &&
                         arena.IsContiguous() &&
                         arena.size(0) >= static_cast<std::int64_t>(b->plan->total_bytes),
-                    "arena", "expected a contiguous 1-D uint8 tensor of the plan's size");
+                    "arena",
+                    describe_shape(arena) + " " + describe_dtype(dt) +
+                        (arena.IsContiguous() ? "" : " (not contiguous)") +
+                        ", expected a contiguous 1-D uint8 tensor of the plan's " +
+                        std::to_string(b->plan->total_bytes) + " bytes");
   SPECGRAPH_EXPECTS(same_device(arena.device(), b->device), "arena",
                     "on " + describe_device(arena.device()) + ", but the buffers are on " +
                         describe_device(b->device));
@@ -154,8 +159,9 @@ void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   SPECGRAPH_EXPECTS(req_to_token.ndim() == 2 && req_to_token.size(0) >= c.pool_rows &&
                         req_to_token.size(1) == c.max_context_len,
                     "req_to_token",
-                    "expected [pool_rows >= " + std::to_string(c.pool_rows) + ", max_context_len " +
-                        std::to_string(c.max_context_len) + "]");
+                    "shape " + describe_shape(req_to_token) +
+                        ", expected [pool_rows >= " + std::to_string(c.pool_rows) +
+                        ", max_context_len " + std::to_string(c.max_context_len) + "]");
   check_int_tensor("req_to_token", req_to_token, int_kind::int32, 1, b->device);
   setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
               {static_cast<const std::int32_t*>(address_of(req_to_token))});

@@ -56,13 +56,29 @@ void translate_current_exception() {
 }
 
 std::string describe_dtype(DLDataType t) {
-  const char* code = t.code == kDLInt     ? "int"
-                     : t.code == kDLUInt  ? "uint"
-                     : t.code == kDLFloat ? "float"
-                                          : "dtype";
-  std::string s = code + std::to_string(t.bits);
+  std::string s;
+  if (t.code == kDLBool) {
+    s = t.bits == 8 ? "bool" : "bool" + std::to_string(t.bits);
+  } else if (t.code == kDLBfloat && t.bits == 16) {
+    s = "bfloat16";
+  } else {
+    const char* code = t.code == kDLInt       ? "int"
+                       : t.code == kDLUInt    ? "uint"
+                       : t.code == kDLFloat   ? "float"
+                       : t.code == kDLComplex ? "complex"
+                                              : nullptr;
+    s = code != nullptr
+            ? code + std::to_string(t.bits)
+            : "dtype code " + std::to_string(t.code) + " bits " + std::to_string(t.bits);
+  }
   if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
   return s;
+}
+
+std::string describe_shape(const ffi::TensorView& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
 }
 
 std::string describe_device(DLDevice d) {
