@@ -114,6 +114,16 @@ TEST_P(RoundLimits, ACorruptedMaxDepthStopsTheRoundAtNumSteps) {
     EXPECT_EQ(rt.read_round_depth(), num_steps);
     EXPECT_EQ(count.download()[0], num_steps);
   }
+  // A step counter already spent (corrupted after staging, with max_depth): no body can do
+  // anything at such a step, so the round stops after the first, though its body count is not
+  // spent.
+  const host_round r = eng.random_round(rng, 5);
+  rt.stage(r.inputs());
+  write_word(*ex, rt.buffers().max_depth(), 1000);
+  write_word(*ex, rt.buffers().device_step(), num_steps);
+  write_word(*ex, count.data(), 0);
+  rt.run_round_on_device();
+  EXPECT_EQ(count.download()[0], 1);
 }
 
 // An engine's own condition (set_condition) that never says stop: the runtime's round still
