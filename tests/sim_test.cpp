@@ -13,11 +13,9 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "specgraph/error.hpp"
-#include "specgraph/forwarding_executor.hpp"
 #include "tests/test_support.hpp"
 #include "tools/json.hpp"
 #include "tools/run_command.hpp"
@@ -318,48 +316,6 @@ TEST(RunCommand, CheckedFlagTakesAnExplicitBoolean) {
   }
   std::filesystem::remove(json_path);
 }
-
-// Marks which bytes of each allocation a fill or a copy has written.
-class write_tracking_executor final : public forwarding_executor {
- public:
-  using forwarding_executor::forwarding_executor;
-  void* allocate(std::size_t bytes) override {
-    void* p = forwarding_executor::allocate(bytes);
-    blocks_.emplace_back(static_cast<unsigned char*>(p), std::vector<bool>(bytes, false));
-    return p;
-  }
-  void fill_bytes(void* dst, unsigned char v, std::size_t n) override {
-    mark(dst, n);
-    forwarding_executor::fill_bytes(dst, v, n);
-  }
-  void copy_to_device(void* dst, const void* src, std::size_t n) override {
-    mark(dst, n);
-    forwarding_executor::copy_to_device(dst, src, n);
-  }
-  // "block <i>: <unwritten> of <bytes> bytes never written" per incompletely written block.
-  std::vector<std::string> unwritten() const {
-    std::vector<std::string> out;
-    for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      const auto& w = blocks_[i].second;
-      const auto n = static_cast<std::size_t>(std::count(w.begin(), w.end(), false));
-      if (n != 0)
-        out.push_back("block " + std::to_string(i) + ": " + std::to_string(n) + " of " +
-                      std::to_string(w.size()) + " bytes never written");
-    }
-    return out;
-  }
-
- private:
-  void mark(void* dst, std::size_t n) {
-    auto* d = static_cast<unsigned char*>(dst);
-    for (auto& [base, written] : blocks_) {
-      if (d >= base && d < base + written.size()) {
-        std::fill_n(written.begin() + (d - base), std::min(n, written.size() - (d - base)), true);
-      }
-    }
-  }
-  std::vector<std::pair<unsigned char*, std::vector<bool>>> blocks_;
-};
 
 // Every byte the simulated engine allocates is defined before the first round: a round writes
 // only its bucket's rows and the steps it runs, and verification copies whole steps back, so an
