@@ -26,6 +26,27 @@ void cuda_executor::begin_capture() {
   own_capture_ = true;
 }
 
+void cuda_executor::begin_private_capture() {
+  device_scope d(device_);
+  if (capturing()) throw capture_violation("cuda executor: begin_capture while already capturing");
+  // A non-blocking stream of our own: the caller's may be the legacy default stream, which
+  // cannot be captured (and a capture on it would also sweep up other threads' work).
+  if (!capture_stream_) capture_stream_ = detail::make_stream();
+  SPECGRAPH_CUDA_TRY(
+      cudaStreamBeginCapture(capture_stream_.get(), cudaStreamCaptureModeThreadLocal));
+  origin_stream_ = stream_;
+  stream_ = capture_stream_.get();
+  private_capture_ = true;
+  own_capture_ = true;
+}
+
+void cuda_executor::restore_origin_stream() noexcept {
+  if (!private_capture_) return;
+  stream_ = origin_stream_;  // null too: the legacy stream
+  origin_stream_ = nullptr;
+  private_capture_ = false;
+}
+
 std::unique_ptr<graph> cuda_executor::end_capture() {
   if (!own_capture_) throw capture_violation("cuda executor: end_capture without begin_capture");
   device_scope d(device_);
@@ -36,6 +57,7 @@ std::unique_ptr<graph> cuda_executor::end_capture() {
   own_capture_ = false;
   cudaGraph_t g = nullptr;
   const cudaError_t e = cudaStreamEndCapture(stream_, &g);
+  restore_origin_stream();
   free_deferred();
   if (e != cudaSuccess) {
     if (g != nullptr) (void)cudaGraphDestroy(g);
@@ -46,22 +68,27 @@ std::unique_ptr<graph> cuda_executor::end_capture() {
 }
 
 void cuda_executor::abort_capture() noexcept {
-  if (!own_capture_) return;
-  own_capture_ = false;
+  // A body capture may be in flight inside the engine's capture too (begin_while in a capture
+  // the engine began): that one is ours to end, and stream() must be the engine's again.
+  if (!own_capture_ && main_stream_ == nullptr) return;
   int previous = 0;
   (void)cudaGetDevice(&previous);
   (void)cudaSetDevice(device_);
   if (main_stream_ != nullptr) {  // a body capture in flight: end it first
-    cudaGraph_t body = nullptr;
+    cudaGraph_t body = nullptr;   // owned by its conditional node
     (void)cudaStreamEndCapture(stream_, &body);
     stream_ = main_stream_;
     main_stream_ = nullptr;
   }
-  cudaGraph_t g = nullptr;
-  (void)cudaStreamEndCapture(stream_, &g);  // always end, even after invalidation
-  if (g != nullptr) (void)cudaGraphDestroy(g);
+  if (own_capture_) {
+    own_capture_ = false;
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(stream_, &g);  // always end, even after invalidation
+    if (g != nullptr) (void)cudaGraphDestroy(g);
+    restore_origin_stream();
+    free_deferred();  // the engine's capture (if any) is its own: frees wait for ours only
+  }
   (void)cudaGetLastError();
-  free_deferred();
   (void)cudaSetDevice(previous);
 }
 
@@ -126,9 +153,11 @@ const char* node_type_name(cudaGraphNodeType t) {
   }
 }
 
-// CUDA allows only kernels, memsets, copies, empty, child graph and conditional nodes in a
-// conditional body; refusing the rest here names the node instead of failing at instantiate.
-void refuse_in_conditional_body(cudaGraph_t g) {
+// record_graph adds `g` as a child graph node. CUDA refuses a graph holding a conditional node
+// (at any depth) as a child graph, and allows only kernels, memsets, copies, empty, child graph
+// and conditional nodes in a conditional body; refusing here names the node instead of failing
+// in cudaGraphAddNode or at instantiate.
+void check_recordable(cudaGraph_t g, bool in_conditional_body) {
   std::size_t n = 0;
   SPECGRAPH_CUDA_TRY(cudaGraphGetNodes(g, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
@@ -140,15 +169,20 @@ void refuse_in_conditional_body(cudaGraph_t g) {
       case cudaGraphNodeTypeKernel:
       case cudaGraphNodeTypeMemcpy:
       case cudaGraphNodeTypeMemset:
-      case cudaGraphNodeTypeEmpty:
-      case cudaGraphNodeTypeConditional: break;
+      case cudaGraphNodeTypeEmpty: break;
+      case cudaGraphNodeTypeConditional:
+        throw capture_violation(
+            "cuda executor: record_graph: a graph with a conditional node cannot be recorded "
+            "(it would become a child graph, and CUDA refuses conditional nodes in child "
+            "graphs); record its work with begin_while instead");
       case cudaGraphNodeTypeGraph: {
         cudaGraph_t child = nullptr;
         SPECGRAPH_CUDA_TRY(cudaGraphChildGraphNodeGetGraph(node, &child));
-        refuse_in_conditional_body(child);
+        check_recordable(child, in_conditional_body);
         break;
       }
       default:
+        if (!in_conditional_body) break;
         throw capture_violation(std::string("cuda executor: record_graph: a graph with ") +
                                 node_type_name(t) +
                                 " is not allowed inside a conditional body (CUDA allows only "
@@ -164,7 +198,7 @@ void cuda_executor::record_graph(const graph& g) {
   device_scope d(device_);
   if (!capturing()) throw capture_violation("cuda executor: record_graph outside capture");
   const cudaGraph_t child = as_cuda(g).get();
-  if (main_stream_ != nullptr) refuse_in_conditional_body(child);
+  check_recordable(child, main_stream_ != nullptr);
   // One child graph node (CUDA clones `child` into it) after everything captured so far; the
   // capture continues after it. Works in the engine's capture of this stream as in our own.
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;

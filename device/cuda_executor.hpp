@@ -109,6 +109,7 @@ class cuda_executor final : public executor {
   void synchronize() override;
 
   void begin_capture() override;
+  void begin_private_capture() override;
   std::unique_ptr<graph> end_capture() override;
   void abort_capture() noexcept override;
   conditional_handle begin_while(bool initial) override;
@@ -127,6 +128,7 @@ class cuda_executor final : public executor {
   void forbid_in_conditional_body(const char* what) const;
   void free_deferred() noexcept;
   void load_kernels();
+  void restore_origin_stream() noexcept;
 
   int device_ = 0;
   detail::unique_stream owned_stream_;  // empty over an engine's stream
@@ -134,8 +136,11 @@ class cuda_executor final : public executor {
   detail::unique_event timing_start_, timing_stop_;  // time_device, created on first use
   int* timing_flags_ = nullptr;  // time_device: [release, timed out], pinned and mapped
   bool own_capture_ = false;
-  detail::unique_stream body_stream_;   // captures conditional bodies, created on first use
-  cudaStream_t main_stream_ = nullptr;  // set while stream_ is the body stream
+  detail::unique_stream body_stream_;     // captures conditional bodies, created on first use
+  cudaStream_t main_stream_ = nullptr;    // set while stream_ is the body stream
+  detail::unique_stream capture_stream_;  // begin_private_capture's, created on first use
+  cudaStream_t origin_stream_ = nullptr;  // stream_ before a private capture (may be legacy)
+  bool private_capture_ = false;          // stream_ is capture_stream_ until the capture ends
   std::vector<void*> deferred_frees_;
 };
 

@@ -232,7 +232,7 @@ class host_executor final : public executor {
   void record_graph(const graph& g) override {
     if (!capturing_) throw capture_violation("host executor: record_graph outside capture");
     const auto& nodes = as_host(g).nodes();
-    if (while_body_) refuse_in_conditional_body(nodes);
+    check_recordable(nodes, while_body_ != nullptr);
     host_node n;
     n.type = host_node::kind::graph;
     n.graph_nodes = std::make_shared<const std::vector<host_node>>(nodes);
@@ -296,17 +296,25 @@ class host_executor final : public executor {
       if (node.type == host_node::kind::graph) mark_recorded_events(*node.graph_nodes);
     }
   }
-  // What a graph recorded into a conditional body may not hold (as CUDA refuses it there).
-  static void refuse_in_conditional_body(const std::vector<host_node>& nodes) {
+  // What a recorded graph (a child graph node) may not hold, as CUDA refuses it: a conditional
+  // node at any depth, and inside a conditional body an event node.
+  static void check_recordable(const std::vector<host_node>& nodes, bool in_conditional_body) {
     for (const host_node& node : nodes) {
-      if (node.type == host_node::kind::event) {
+      if (node.type == host_node::kind::loop) {
+        throw capture_violation(
+            "host executor: record_graph: a graph with a conditional node cannot be recorded "
+            "(it would become a child graph, and CUDA refuses conditional nodes in child "
+            "graphs); record its work with begin_while instead");
+      }
+      if (in_conditional_body && node.type == host_node::kind::event) {
         throw capture_violation(
             "host executor: record_graph: a graph with an event node is not allowed inside a "
             "conditional body (CUDA allows only kernels, memsets, device copies, child graphs "
             "and conditional nodes there)");
       }
-      if (node.type == host_node::kind::graph) refuse_in_conditional_body(*node.graph_nodes);
-      if (node.type == host_node::kind::loop) refuse_in_conditional_body(*node.body);
+      if (node.type == host_node::kind::graph) {
+        check_recordable(*node.graph_nodes, in_conditional_body);
+      }
     }
   }
   void forbid_in_conditional_body(const char* what) const {

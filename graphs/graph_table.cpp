@@ -47,6 +47,7 @@ void draft_runtime::record_conditional_round(std::int32_t bucket) {
   record_graph_body(bucket, 0);
   if (condition_) {
     condition_(view(bucket, 0), h);
+    stop_round_at_limit(*ex_, buffers_, h);  // the engine's condition cannot loop forever
   } else {
     continue_while_confident(*ex_, buffers_, bucket, h);
   }
@@ -169,7 +170,7 @@ void draft_runtime::replay(std::int32_t step) {
   next_step_ = step + 1;
 }
 
-void draft_runtime::run_round_on_device() {
+void draft_runtime::run_round_on_device(const round_events& events) {
   ensure_usable();
   const draft_config& c = plan_->config;
   SPECGRAPH_EXPECTS(c.device_depth, "device_depth",
@@ -179,7 +180,11 @@ void draft_runtime::run_round_on_device() {
   {
     detail::nvtx_range r(nvtx_round_, bucket_, 0);
     graph_slot& target = slot(static_cast<std::size_t>(bucket_index_), all_steps);
-    guarding_cuda([&] { ex_->launch_graph(*target.exec); });
+    guarding_cuda([&] {
+      if (events.wait_for != nullptr) ex_->wait_event(events.wait_for);
+      ex_->launch_graph(*target.exec);
+      if (events.done != nullptr) ex_->record_event(events.done);
+    });
   }
   next_step_ = c.num_steps;  // the device decided; the round is over either way
   if (c.checked) check_guards();
@@ -192,15 +197,17 @@ std::int32_t draft_runtime::read_round_depth() {
   return depth;
 }
 
-void draft_runtime::run_round(std::int32_t depth) {
+void draft_runtime::run_round(std::int32_t depth, const round_events& events) {
   ensure_usable();
   const draft_config& c = plan_->config;
   detail::between("depth", depth, 1, c.num_steps, "num_steps");
+  // Everything checked before the engine's event is waited on: a refused round enqueues nothing.
+  if (!captured_) throw error("replay before capture(): no graphs exist yet");
+  check_replay_step(0);
   {
     detail::nvtx_range r(nvtx_round_, bucket_, static_cast<std::uint32_t>(depth));
+    if (events.wait_for != nullptr) guarding_cuda([&] { ex_->wait_event(events.wait_for); });
     if (c.round_graphs && depth == c.num_steps) {
-      if (!captured_) throw error("replay before capture(): no graphs exist yet");
-      check_replay_step(0);
       detail::nvtx_range whole(nvtx_replay_round_, bucket_, static_cast<std::uint32_t>(depth));
       graph_slot& target = slot(static_cast<std::size_t>(bucket_index_), all_steps);
       guarding_cuda([&] { ex_->launch_graph(*target.exec); });
@@ -208,6 +215,7 @@ void draft_runtime::run_round(std::int32_t depth) {
     } else {
       for (std::int32_t s = 0; s < depth; ++s) replay(s);
     }
+    if (events.done != nullptr) guarding_cuda([&] { ex_->record_event(events.done); });
   }
   if (c.checked) check_guards();
 }

@@ -71,6 +71,7 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   k.device_step = b.device_step();
   k.max_depth = b.max_depth();
   k.min_confidence = b.min_confidence();
+  k.iterations = b.iterations();
   k.round_max_depth = in.max_depth > 0 ? in.max_depth : c.num_steps;
   k.round_min_confidence = in.min_confidence;
   k.req_pool_index = b.req_pool_index();
@@ -181,19 +182,37 @@ void advance_step(executor& ex, const draft_buffers& b) {
   ex.launch(make_kernel_launch<kernels::advance_step_kernel>(p, 1, kernels::cuda_advance_step()));
 }
 
-void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                              conditional_handle handle) {
-  check_bucket(b.plan(), bucket);
+namespace {
+
+void launch_continue_condition(executor& ex, const draft_buffers& b, conditional_handle handle,
+                               bool limit_only) {
+  SPECGRAPH_EXPECTS(b.plan().config.device_depth, "device_depth",
+                    "false: the round's condition needs a plan with device_depth");
   kernels::continue_condition_kernel::params p{};
   p.step = b.device_step();
   p.max_depth = b.max_depth();
   p.min_confidence = b.min_confidence();
   p.confidence = b.confidence();
   p.real_batch = b.real_batch();
+  p.iterations = b.iterations();
   p.topk = b.plan().config.topk;
+  p.num_steps = b.plan().config.num_steps;
+  p.limit_only = limit_only ? 1 : 0;
   p.handle = handle;
   ex.launch(make_kernel_launch<kernels::continue_condition_kernel>(
       p, 1, kernels::cuda_continue_condition()));
+}
+
+}  // namespace
+
+void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                              conditional_handle handle) {
+  check_bucket(b.plan(), bucket);
+  launch_continue_condition(ex, b, handle, /*limit_only=*/false);
+}
+
+void stop_round_at_limit(executor& ex, const draft_buffers& b, conditional_handle handle) {
+  launch_continue_condition(ex, b, handle, /*limit_only=*/true);
 }
 
 std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
@@ -206,7 +225,9 @@ std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buff
         "capture_device_depth_round: the stream is being captured; this call is a capture of "
         "its own (call it outside the engine's capture)");
   }
-  ex.begin_capture();
+  // On a private stream: the caller's may be the legacy default stream, which CUDA cannot
+  // capture; everything recorded here goes through `ex`.
+  ex.begin_private_capture();
   try {
     const conditional_handle h = ex.begin_while(/*initial=*/true);  // the body runs at least once
     ex.record_graph(step_body);

@@ -191,6 +191,8 @@ void draft_runtime::stage(const round_inputs& in) {
   guarding_cuda([&] {
     // The ring is full only when this slot's copies (three stage() calls ago) have not run yet.
     if (s.in_flight) ex_->synchronize_event(s.copied.get());
+    // The engine's event first: the copies and the round after them wait for what it wrote.
+    if (in.wait_for != nullptr) ex_->wait_event(in.wait_for);
     fill_staging_slot(s, in, bucket);
     // Host staging validated everything: its guard word is clean.
     ex_->fill_bytes(buffers_.guards() + plan_layout::guard_stage, 0, sizeof(guard_word));
@@ -222,6 +224,7 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
       in.max_depth > 0 ? in.max_depth : c.num_steps;
   *reinterpret_cast<float*>(base + (l.min_confidence - l.real_batch)) =  // NOLINT
       in.min_confidence;
+  *reinterpret_cast<std::int32_t*>(base + (l.iterations - l.real_batch)) = 0;  // NOLINT
   for (std::int32_t i = 0; i < in.batch; ++i) {
     pool[i] = static_cast<std::int32_t>(load(in.req_pool_index, i));  // checked: fits
     seq[i] = static_cast<std::int32_t>(load(in.seq_len, i));

@@ -37,6 +37,13 @@ struct advance_step_kernel {
 // step runs while the counter is below the round's max_depth and any real row's confidence
 // reaches the round's threshold (EAGLE-2 style early exit). Padded rows never keep a round
 // alive. One thread.
+//
+// Whatever the body and the control words hold, a round ends: the kernel counts the bodies run
+// this round itself (`iterations`, reset by staging) and stops after num_steps of them, and
+// stops when the step counter is outside [0, num_steps), so a body that never advances the
+// counter, or a corrupted max_depth, cannot keep the WHILE node (and the GPU) busy forever.
+// With limit_only set it leaves the condition to another kernel (an engine's own, run before
+// it) and only clears it at that limit.
 struct continue_condition_kernel {
   struct params {
     const std::int32_t* step;
@@ -44,10 +51,23 @@ struct continue_condition_kernel {
     const float* min_confidence;
     const float* confidence;  // [rows]
     const std::int32_t* real_batch;
+    std::int32_t* iterations;  // [1] bodies run this round before this one
     std::int32_t topk;
+    std::int32_t num_steps;  // the plan's: no round runs more bodies
+    std::int32_t limit_only;
     conditional_handle handle;
   };
   static constexpr const char* name = "continue_condition";
+  // Counts this body and says whether the round has reached its hard limit.
+  SPECGRAPH_HD static bool limit_reached(const params& p) {
+    const std::int32_t before = *p.iterations;
+    // The body just run is number before + 1; a corrupted count (negative, or past the limit)
+    // is the limit. No overflow: before + 1 < num_steps <= INT32_MAX here.
+    const bool spent = before < 0 || before >= p.num_steps - 1;
+    *p.iterations = spent ? p.num_steps : before + 1;
+    const std::int32_t step = *p.step;
+    return spent || step < 0 || step >= p.num_steps;
+  }
   SPECGRAPH_HD static bool keep_going(const params& p) {
     if (*p.step >= *p.max_depth) return false;
     const std::int64_t real_rows = static_cast<std::int64_t>(*p.real_batch) * p.topk;
@@ -57,7 +77,12 @@ struct continue_condition_kernel {
     return false;
   }
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
-    set_condition(p.handle, keep_going(p));
+    const bool limit = limit_reached(p);
+    if (p.limit_only != 0) {
+      if (limit) set_condition(p.handle, false);
+      return;
+    }
+    set_condition(p.handle, !limit && keep_going(p));
   }
 };
 

@@ -26,6 +26,7 @@ struct stage_inputs_kernel {
     std::int32_t* device_step;  // [1] reset to 0: a new round starts at step 0
     std::int32_t* max_depth;    // [1] the round's depth limit
     float* min_confidence;      // [1] the round's continue threshold
+    std::int32_t* iterations;   // [1] reset to 0: no WHILE body has run this round yet
     std::int32_t round_max_depth;
     float round_min_confidence;
     std::int32_t* req_pool_index;    // [bucket]
@@ -58,6 +59,7 @@ struct stage_inputs_kernel {
       *p.device_step = 0;
       *p.max_depth = p.round_max_depth;
       *p.min_confidence = p.round_min_confidence;
+      *p.iterations = 0;
     }
     std::int64_t* slots = p.out_cache_loc + r * p.slots_per_request;
     if (r >= p.batch) {

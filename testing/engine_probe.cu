@@ -8,4 +8,10 @@ cuda_rows_fn engine_probe_cuda() {
 cuda_rows_fn confidence_probe_cuda() {
   return &cuda_rows<confidence_probe_kernel>;
 }
+cuda_rows_fn count_runs_cuda() {
+  return &cuda_rows<count_runs_kernel>;
+}
+cuda_rows_fn constant_condition_cuda() {
+  return &cuda_rows<constant_condition_kernel>;
+}
 }  // namespace specgraph::testing

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "specgraph/conditional.hpp"
 #include "specgraph/config.hpp"
 #include "specgraph/row_kernel.hpp"
 
@@ -61,10 +62,38 @@ struct confidence_probe_kernel {
     std::int64_t rows;
     const std::int32_t* step;
     float* confidence;
+    std::int32_t num_steps;  // source's first dimension
   };
   static constexpr const char* name = "confidence_probe";
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
-    p.confidence[row] = p.source[*p.step * p.rows + row];
+    // As engine_probe_kernel (and an engine's forward must): a spent counter, outside
+    // [0, num_steps), is no step; read and write nothing.
+    const std::int32_t step = *p.step;
+    if (step < 0 || step >= p.num_steps) return;
+    p.confidence[row] = p.source[step * p.rows + row];
+  }
+};
+
+// Counts its runs in *count (one row): how often a WHILE body ran, seen from outside the
+// library's own counters.
+struct count_runs_kernel {
+  struct params {
+    std::int32_t* count;
+  };
+  static constexpr const char* name = "count_runs";
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t) { *p.count += 1; }
+};
+
+// An engine's own WHILE condition (draft_runtime::set_condition) that sets `value` whatever the
+// round holds: with value 1, a condition that never stops a round. One row.
+struct constant_condition_kernel {
+  struct params {
+    conditional_handle handle;
+    std::int32_t value;
+  };
+  static constexpr const char* name = "constant_condition";
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
+    set_condition(p.handle, p.value != 0);
   }
 };
 
@@ -72,5 +101,7 @@ struct confidence_probe_kernel {
 // engine_probe_host.cpp.
 cuda_rows_fn engine_probe_cuda();
 cuda_rows_fn confidence_probe_cuda();
+cuda_rows_fn count_runs_cuda();
+cuda_rows_fn constant_condition_cuda();
 
 }  // namespace specgraph::testing

@@ -7,4 +7,10 @@ cuda_rows_fn engine_probe_cuda() {
 cuda_rows_fn confidence_probe_cuda() {
   return nullptr;
 }
+cuda_rows_fn count_runs_cuda() {
+  return nullptr;
+}
+cuda_rows_fn constant_condition_cuda() {
+  return nullptr;
+}
 }  // namespace specgraph::testing

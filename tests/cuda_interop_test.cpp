@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -168,6 +169,74 @@ TEST_F(CudaInterop, StageDeviceWaitsForTheProducersEvent) {
   EXPECT_EQ(staged, r.req_pool_index);
 }
 
+// run_round(depth, {wait_for, done}) over the owning executor's stream: the round waits on the
+// device for the engine's producer (40 ms on another stream), so `done` is not complete when the
+// call returns, and completes once the producer has.
+TEST_F(CudaInterop, RunRoundWaitsForTheEnginesEventOnTheDevice) {
+  std::mt19937_64 rng(test_seed());
+  engine_stream producer;
+  auto ex = make_cuda_executor();
+  sim_engine eng(*ex, interop_config(), rng);
+  eng.rt().capture();
+  const host_round r = eng.random_round(rng, 5);
+  eng.rt().stage(r.inputs());
+  ex->synchronize();
+  event_handle written(*ex), done(*ex);
+  ASSERT_EQ(spin_then_write(producer.s, 40.0, nullptr, nullptr, 0), 0);
+  ASSERT_EQ(cudaEventRecord(written.get(), producer.s), cudaSuccess);
+  eng.rt().run_round(3, {written.get(), done.get()});
+  EXPECT_EQ(cudaEventQuery(done.get()), cudaErrorNotReady) << "the round waited for nothing";
+  (void)cudaGetLastError();
+  ASSERT_EQ(cudaEventSynchronize(done.get()), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(written.get()), cudaSuccess);
+}
+
+// A device-depth round built over the legacy default stream (torch's default stream), which
+// CUDA cannot capture: capture_device_depth_round captures on a private stream instead, and the
+// round runs the staged depth.
+TEST_F(CudaInterop, ADeviceDepthRoundIsCapturedOverTheLegacyStream) {
+  std::mt19937_64 rng(test_seed());
+  auto owner = make_cuda_executor();
+  draft_config c = interop_config();
+  c.device_steps = true;
+  c.device_depth = true;
+  sim_engine eng(*owner, c, rng);
+  const std::int32_t bucket = 8;
+  const std::unique_ptr<graph> body = eng.rt().capture_graph(bucket, 0);
+  auto legacy = make_cuda_executor(nullptr);
+  const std::unique_ptr<graph> round =
+      capture_device_depth_round(*legacy, eng.rt().buffers(), bucket, *body);
+  EXPECT_EQ(legacy->stream(), nullptr) << "the caller's stream is restored";
+  const std::unique_ptr<graph_exec> exec = legacy->instantiate(*round);
+  const host_round r = eng.random_round(rng, 7);
+  round_inputs in = r.inputs();
+  in.max_depth = 2;
+  eng.rt().stage(in);
+  owner->synchronize();
+  legacy->launch_graph(*exec);
+  legacy->synchronize();
+  EXPECT_EQ(eng.rt().read_round_depth(), 2);
+}
+
+// A conditional body begun inside the engine's own capture, then abandoned: abort_capture ends
+// the body capture and gives the executor the engine's stream back; the engine's capture is the
+// engine's to end.
+TEST_F(CudaInterop, AbortInsideTheEnginesCaptureRestoresItsStream) {
+  engine_stream stream;
+  auto ex = make_cuda_executor(stream.s);
+  ASSERT_EQ(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  (void)ex->begin_while(true);
+  EXPECT_NE(ex->stream(), stream.s) << "the body is captured on an internal stream";
+  ex->abort_capture();
+  EXPECT_EQ(ex->stream(), stream.s);
+  EXPECT_TRUE(ex->capturing()) << "the engine's capture is still open";
+  cudaGraph_t g = nullptr;
+  (void)cudaStreamEndCapture(stream.s, &g);
+  if (g != nullptr) (void)cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+  EXPECT_FALSE(ex->capturing());
+}
+
 TEST_F(CudaInterop, AStaleErrorLeftByTheEngineIsNotBlamedOnSpecgraph) {
   std::mt19937_64 rng(test_seed());
   auto ex = make_cuda_executor();
@@ -222,6 +291,9 @@ TEST_F(CudaInterop, ExternalStreamExecutorPinsItsDevice) {
 TEST_F(CudaInterop, OpsRecordIntoACaptureTheEngineBeginsInGlobalMode) {}
 TEST_F(CudaInterop, StageReturnsWhileTheDeviceIsStillBusy) {}
 TEST_F(CudaInterop, StageDeviceWaitsForTheProducersEvent) {}
+TEST_F(CudaInterop, RunRoundWaitsForTheEnginesEventOnTheDevice) {}
+TEST_F(CudaInterop, ADeviceDepthRoundIsCapturedOverTheLegacyStream) {}
+TEST_F(CudaInterop, AbortInsideTheEnginesCaptureRestoresItsStream) {}
 TEST_F(CudaInterop, AStaleErrorLeftByTheEngineIsNotBlamedOnSpecgraph) {}
 TEST_F(CudaInterop, TimeDeviceExcludesHostSubmission) {}
 TEST_F(CudaInterop, ExternalStreamExecutorPinsItsDevice) {}

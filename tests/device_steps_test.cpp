@@ -187,7 +187,8 @@ struct confidence_engine {
         source(ex, static_cast<std::size_t>(4 * rows), 0.0f) {
     eng.rt().set_forward([this](const step_view& v) {
       eng.probe_forward(v);
-      confidence_probe_kernel::params p{source.data(), rows, v.device_step, v.confidence};
+      confidence_probe_kernel::params p{source.data(), rows, v.device_step, v.confidence,
+                                        eng.rt().plan().config.num_steps};
       v.ex->launch(make_kernel_launch<confidence_probe_kernel>(p, rows, confidence_probe_cuda()));
     });
   }

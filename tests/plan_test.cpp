@@ -91,7 +91,7 @@ TEST(Plan, BuffersAreAlignedDisjointAndInsideOneArena) {
   EXPECT_EQ(p.total_bytes % arena_alignment, 0u);
   // The small inputs and the round control words are packed so stage() copies them with one
   // transfer.
-  EXPECT_EQ(p.find("input.req_pool_index").offset, p.find("input.real_batch").offset + 16);
+  EXPECT_EQ(p.find("input.req_pool_index").offset, p.find("input.real_batch").offset + 20);
   EXPECT_EQ(p.find("round.step").offset, p.find("input.real_batch").offset + 4);
   EXPECT_EQ(p.find("input.seq_len").offset, p.find("input.req_pool_index").offset + 64 * 4);
   // Sparse buffers sized per head: the largest head size clamped to the keys seen.

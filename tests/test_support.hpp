@@ -1,8 +1,10 @@
-// Shared test helpers: the executor-parameterised fixture, random seeds, device vectors.
+// Shared test helpers: the executor-parameterised fixture, random seeds, device vectors, and an
+// executor that marks which allocated bytes fills and copies have written.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -10,10 +12,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
+#include "specgraph/forwarding_executor.hpp"
 
 namespace specgraph::testing {
 
@@ -92,6 +96,48 @@ class dvec {
   executor* ex_;
   std::size_t n_;
   device_buffer buf_;
+};
+
+// Marks which bytes of each allocation a fill or a copy has written.
+class write_tracking_executor final : public forwarding_executor {
+ public:
+  using forwarding_executor::forwarding_executor;
+  void* allocate(std::size_t bytes) override {
+    void* p = forwarding_executor::allocate(bytes);
+    blocks_.emplace_back(static_cast<unsigned char*>(p), std::vector<bool>(bytes, false));
+    return p;
+  }
+  void fill_bytes(void* dst, unsigned char v, std::size_t n) override {
+    mark(dst, n);
+    forwarding_executor::fill_bytes(dst, v, n);
+  }
+  void copy_to_device(void* dst, const void* src, std::size_t n) override {
+    mark(dst, n);
+    forwarding_executor::copy_to_device(dst, src, n);
+  }
+  // "block <i>: <n> of <bytes>" (bytes never written) per incompletely written block.
+  std::vector<std::string> unwritten() const {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      const auto& w = blocks_[i].second;
+      const auto n = std::count(w.begin(), w.end(), false);
+      if (n != 0)
+        out.push_back("block " + std::to_string(i) + ": " + std::to_string(n) + " of " +
+                      std::to_string(w.size()));
+    }
+    return out;
+  }
+
+ private:
+  void mark(void* dst, std::size_t n) {
+    auto* d = static_cast<unsigned char*>(dst);
+    for (auto& [base, written] : blocks_) {
+      if (d >= base && d < base + written.size()) {
+        std::fill_n(written.begin() + (d - base), std::min(n, written.size() - (d - base)), true);
+      }
+    }
+  }
+  std::vector<std::pair<unsigned char*, std::vector<bool>>> blocks_;
 };
 
 }  // namespace specgraph::testing

@@ -107,10 +107,11 @@ class draft_buffers {
   // Static inputs.
   std::int32_t* real_batch() const noexcept { return at<std::int32_t>(layout().real_batch); }
   // The round's control words: the device step counter (the depth run, after a round),
-  // the depth limit and the continue threshold.
+  // the depth limit, the continue threshold and the WHILE bodies the condition has counted.
   std::int32_t* device_step() const noexcept { return at<std::int32_t>(layout().device_step); }
   std::int32_t* max_depth() const noexcept { return at<std::int32_t>(layout().max_depth); }
   float* min_confidence() const noexcept { return at<float>(layout().min_confidence); }
+  std::int32_t* iterations() const noexcept { return at<std::int32_t>(layout().iterations); }
   float* confidence() const noexcept { return at<float>(layout().confidence); }
   std::int32_t* req_pool_index() const noexcept {
     return at<std::int32_t>(layout().req_pool_index);

@@ -153,10 +153,21 @@ class executor {
   // ---- capture ----------------------------------------------------------------------------
   // begin_capture starts recording the stream's work (thread-local mode on CUDA); end_capture
   // returns it as a graph. abort_capture ends a capture whose body failed and leaves the stream
-  // usable.
+  // usable: after it, stream() is the stream it was before begin_capture (or
+  // begin_private_capture). Inside a capture the engine began on this executor's stream it ends
+  // only what this executor began there (a conditional body) and restores stream(); the
+  // engine's own capture stays the engine's to end (and, holding the aborted work, to discard).
   virtual void begin_capture() = 0;
   [[nodiscard]] virtual std::unique_ptr<graph> end_capture() = 0;
   virtual void abort_capture() noexcept = 0;
+  // Like begin_capture, but on CUDA records on a private non-blocking stream of the executor,
+  // which stream() returns until end_capture / abort_capture: for a graph built only from what
+  // is enqueued through this executor (record_graph, launch, copies), whatever stream() is,
+  // including the legacy default stream, which CUDA cannot capture. Work other code enqueues on
+  // the previous stream meanwhile is not recorded (nor ordered with the capture, which runs
+  // nothing). Host executor: the same as begin_capture (it has no streams). Host work; not
+  // during another capture (capture_violation).
+  virtual void begin_private_capture() { begin_capture(); }
   // Whether the stream is being captured: by this executor's begin_capture, or (cuda) by anyone
   // else capturing the same stream, e.g. the engine's torch.cuda.graph.
   virtual bool capturing() const noexcept = 0;
@@ -170,9 +181,10 @@ class executor {
   // Records `g` as one node of the capture under way (a child graph node holding a copy of
   // it): a graph this executor captured, or on CUDA one an engine captured itself and imported
   // with import_cuda_graph (e.g. the torch.cuda.graph of a step body). The memory its nodes
-  // use must stay valid while the recording graph is used. During capture only. Inside a
-  // conditional body `g` may hold only what a body may (kernels, memsets, device copies, child
-  // graphs, conditional nodes): anything else is refused here with capture_violation naming it.
+  // use must stay valid while the recording graph is used. During capture only. `g` may not hold
+  // a conditional node (CUDA refuses one in a child graph), and inside a conditional body only
+  // what a body may (kernels, memsets, device copies, child graphs): anything else is refused
+  // here with capture_violation naming it.
   virtual void record_graph(const graph& g) = 0;
 
   // Instantiates (and uploads) a graph. Synchronous host work; forbidden during capture.

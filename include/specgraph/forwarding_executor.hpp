@@ -51,6 +51,7 @@ class forwarding_executor : public executor {
   }
   void synchronize() override { inner_->synchronize(); }
   void begin_capture() override { inner_->begin_capture(); }
+  void begin_private_capture() override { inner_->begin_private_capture(); }
   std::unique_ptr<graph> end_capture() override { return inner_->end_capture(); }
   void abort_capture() noexcept override { inner_->abort_capture(); }
   bool capturing() const noexcept override { return inner_->capturing(); }

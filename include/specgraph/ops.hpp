@@ -64,6 +64,11 @@ struct round_inputs {
   // or as soon as no real row's confidence reaches min_confidence.
   std::int32_t max_depth = 0;
   float min_confidence = -std::numeric_limits<float>::infinity();
+  // Ordering with the engine: when set, the staging copies, and so all later work on the
+  // runtime's stream (the round's graphs, whose kernels read req_to_token and whatever the
+  // forward reads, e.g. the KV cache), wait for `wait_for`, recorded by the engine after it
+  // wrote them, on whatever stream it wrote them.
+  device_event wait_for = nullptr;
 };
 
 // The same round in executor memory (what an engine already holds on the GPU).
@@ -127,9 +132,18 @@ void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int
 void advance_step(executor& ex, const draft_buffers& b);
 // Inside a WHILE body (executor::begin_while), after advance_step: sets the node's condition to
 // continue while the step is below the round's max_depth and any real row's confidence
-// (b.confidence(), written by the forward) reaches the round's min_confidence. Capture-safe.
+// (b.confidence(), written by the forward) reaches the round's min_confidence. Whatever the body
+// does, it stops the round after num_steps bodies (counted in b.iterations(), which staging
+// resets) or once the step counter is outside [0, num_steps): a body that never advances the
+// counter, or a corrupted max_depth, cannot loop forever. Throws invalid_argument without
+// config.device_depth or for an unplanned bucket. Capture-safe; stream: ex's.
 void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
                               conditional_handle handle);
+// For a WHILE body whose condition an engine's own kernel sets: launched after that kernel, it
+// clears the condition at the same hard limit (num_steps bodies this round, or the step counter
+// outside [0, num_steps)) and otherwise leaves it as the engine set it. Throws invalid_argument
+// without config.device_depth. Capture-safe; stream: ex's.
+void stop_round_at_limit(executor& ex, const draft_buffers& b, conditional_handle handle);
 // The device-depth round of `bucket` around a step body the engine captured itself, for
 // engines that capture with their own tooling (torch.cuda.graph) and so cannot record a WHILE
 // node: the graph is WHILE (set at launch) { step_body; continue_while_confident }. step_body
@@ -137,9 +151,11 @@ void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t
 // forward (writing b.confidence()), advance_step, e.g. imported with import_cuda_graph; its
 // memory must stay valid while the result is used. Launch the instantiated result once per
 // round after staging (stage_round with max_depth / min_confidence): the depth run is left in
-// b.device_step(). A capture of its own on ex's stream (not inside another capture); no sync.
+// b.device_step(). A capture of its own, on a private stream of ex (begin_private_capture: ex's
+// stream may be the legacy default stream), not inside a capture of ex's stream; no sync.
 // Throws invalid_argument without config.device_depth or for an unplanned bucket,
-// capture_violation when step_body holds what a conditional body may not (event nodes).
+// capture_violation when step_body holds what a conditional body may not (event nodes) or a
+// conditional node (CUDA refuses one in a child graph).
 std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
                                                   std::int32_t bucket, const graph& step_body);
 // Checks a round's max_depth (0 or 1..num_steps) and min_confidence (not NaN); throws

@@ -106,6 +106,8 @@ struct plan_layout {
                                        // reset to 0 by staging; after a round, the depth it ran
   std::size_t max_depth = 0;           // int32[1]: the round's depth limit (device_depth mode)
   std::size_t min_confidence = 0;      // float32[1]: the round's continue threshold (device_depth)
+  std::size_t iterations = 0;          // int32[1]: WHILE bodies run this round, counted by the
+                                       // condition (device_depth), reset to 0 by staging
   std::size_t req_pool_index = 0;      // int32[max_bucket]
   std::size_t seq_len = 0;             // int32[max_bucket]
   std::size_t small_inputs_bytes = 0;  // real_batch .. end of seq_len

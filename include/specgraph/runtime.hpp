@@ -67,6 +67,16 @@ class capture_failed : public error {
   std::int32_t bucket_, step_;
 };
 
+// Ordering of a round with the engine's other streams (docs/metadata.md section 9): the round's
+// work waits for `wait_for` (recorded by the engine once req_to_token, the KV cache and whatever
+// else the round reads are written, on any stream), and `done` is recorded after the round's
+// last launch: once it completes the engine may read the round's outputs and overwrite what the
+// round read. Either may be null. During capture neither applies (rounds are not captured).
+struct round_events {
+  device_event wait_for = nullptr;
+  device_event done = nullptr;
+};
+
 class draft_runtime {
  public:
   using forward_fn = std::function<void(const step_view&)>;
@@ -96,7 +106,8 @@ class draft_runtime {
   void set_forward(std::int32_t step, forward_fn f);
   // device_depth: the engine's own continue signal instead of continue_while_confident. Called
   // during capture of the round graph, inside the WHILE body after the step advanced; it must
-  // launch one kernel that calls set_condition(handle, keep_going) (conditional.hpp).
+  // launch one kernel that calls set_condition(handle, keep_going) (conditional.hpp). The round
+  // still ends after num_steps bodies whatever it sets (stop_round_at_limit runs after it).
   using condition_fn = std::function<void(const step_view&, conditional_handle)>;
   void set_condition(condition_fn f);
 
@@ -117,7 +128,8 @@ class draft_runtime {
   // field before anything is written. The inputs go through a pinned staging slot: two truly
   // asynchronous copies; waits for the device only when every slot is still in flight (counted
   // in executor_counters::event_waits). Does not allocate; the inputs may be reused on return.
-  // Not during capture.
+  // With in.wait_for the copies, and everything enqueued after them, wait for that event on
+  // the device (the host never waits for it). Not during capture.
   void stage(const round_inputs& in);
   // The same from executor memory (stage_round in ops.hpp): one kernel, ordered after
   // in.wait_for and recording in.done. No synchronisation, no host read of the inputs: their
@@ -137,16 +149,18 @@ class draft_runtime {
   void run_eager(std::int32_t step);
   // Replays steps 0..depth-1 (depth may be below num_steps: adaptive speculation): one launch of
   // the whole-round graph when config.round_graphs and depth == num_steps, else one launch per
-  // step. In checked mode it then synchronises, reads the guard words and throws
-  // guard_violation on any.
-  void run_round(std::int32_t depth);
+  // step, after waiting (on the device) for events.wait_for and before recording events.done.
+  // Stream: the executor's; no synchronisation, except in checked mode, where it then
+  // synchronises, reads the guard words and throws guard_violation on any. Not during capture.
+  void run_round(std::int32_t depth, const round_events& events = {});
   // config.device_depth: one launch of the round graph, whose WHILE node runs steps while the
   // step is below the staged max_depth and the condition kernel (continue_while_confident, or
   // the one set_condition installs) says so. The depth it ran is left in
   // buffers().device_step() (readable without a sync, e.g. copied to pinned memory by the
-  // engine; read_round_depth() synchronises). Never allocates; synchronises only in checked
-  // mode.
-  void run_round_on_device();
+  // engine; read_round_depth() synchronises). The launch waits (on the device) for
+  // events.wait_for; events.done is recorded after it. Stream: the executor's. Never allocates;
+  // synchronises only in checked mode. Not during capture.
+  void run_round_on_device(const round_events& events = {});
   // Reads the depth the last round ran (the device step counter). Synchronises.
   [[nodiscard]] std::int32_t read_round_depth();
 

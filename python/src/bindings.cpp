@@ -101,6 +101,7 @@ ffi_map plan_info(plan_ref ref) {
       {"device_step", static_cast<std::int64_t>(l.device_step)},
       {"max_depth", static_cast<std::int64_t>(l.max_depth)},
       {"min_confidence", static_cast<std::int64_t>(l.min_confidence)},
+      {"iterations", static_cast<std::int64_t>(l.iterations)},
       {"req_pool_index", static_cast<std::int64_t>(l.req_pool_index)},
       {"seq_len", static_cast<std::int64_t>(l.seq_len)},
       {"out_cache_loc", static_cast<std::int64_t>(l.out_cache_loc)},

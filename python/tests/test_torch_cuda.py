@@ -295,3 +295,27 @@ def test_draft_graphs_let_the_device_decide_the_depth():
         depths.add(depth)
     assert depths == set(range(1, cfg.num_steps + 1))
     specgraph.check_guards(bufs)
+
+
+def test_round_graph_on_the_default_stream():
+    """specgraph.round_graph outside DraftGraphs, on torch's default stream (the legacy stream,
+    which CUDA cannot capture): the round is captured on a private stream, and launched on the
+    default stream it runs the staged depth, the body's steps advancing the counter."""
+    plan, arena, bufs = cuda_bufs(device_steps=True, device_depth=True)
+    cfg = plan.config
+    rng = random.Random(17)
+    r2t = torch.tensor(ref.random_req_to_token(cfg, rng), dtype=torch.int32, device="cuda")
+    bucket = plan.buckets[-1]
+    body = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(body, stream=torch.cuda.Stream()):
+        specgraph.round_setup_(bufs, bucket, r2t)
+        specgraph.step_metadata_device_(bufs, bucket)
+        specgraph.advance_step_(bufs)
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    rg = specgraph.round_graph(bufs, bucket, body)
+    for max_depth in (2, cfg.num_steps, 1):
+        r = ref.random_round(cfg, rng, bs=bucket)
+        specgraph.stage_(bufs, r.bs, *inputs(r), max_depth, float("-inf"))
+        rg.launch()
+        torch.cuda.synchronize()
+        assert int(bufs.device_step[0]) == max_depth

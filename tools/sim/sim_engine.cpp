@@ -52,6 +52,12 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   m.lse_expand = device_buffer(ex, row_heads * sizeof(float));
   m.out = device_buffer(ex, row_elems * o.num_steps * sizeof(float));
   m.out_lse = device_buffer(ex, row_heads * o.num_steps * sizeof(float));
+  // Defined from the start: a round writes only its bucket's rows and the steps it ran, and
+  // verification copies whole steps back (a read of never-written memory, otherwise).
+  for (device_buffer* b :
+       {&m.o_prefix, &m.o_expand, &m.lse_prefix, &m.lse_expand, &m.out, &m.out_lse}) {
+    ex.fill_bytes(b->data(), 0, b->size());
+  }
 
   m.requests.resize(static_cast<std::size_t>(o.max_batch));
   for (std::int32_t row = 1; row <= o.max_batch; ++row) m.admit(row);
