@@ -69,8 +69,9 @@ PROPERTY_CASES=100    # SPECGRAPH_PROPERTY_CASES under compute-sanitizer
 # timing assertions a sanitizer's slowdown breaks. Only binaries listing a test for it run.
 SANITIZER_FILTER='*cuda*:*Cuda*-*TimeDevice*:*StageReturns*'
 # The smoke step's C++ part, binary:gtest filter (the newest CUDA paths: WHILE node, device
-# counter, and time_device, which the benchmarks rely on).
-SMOKE_CPP=("device_steps_test:Executors/DeviceSteps.*/cuda" "executor_test:*TimeDevice*cuda*")
+# counter, the WHILE round's iteration limit, and time_device, which the benchmarks rely on).
+SMOKE_CPP=("device_steps_test:Executors/DeviceSteps.*/cuda" "round_limits_test:Executors/RoundLimits.*/cuda"
+           "executor_test:*TimeDevice*cuda*")
 # ... and its torch part: the DraftGraphs device-counter and device-depth tests on the GPU.
 SMOKE_PYTEST=(python/tests/test_torch_cuda.py -k "device_counter or device_decide_the_depth")
 # The benchmarks that answer the run's questions (README, "Running the GPU check"), one program
