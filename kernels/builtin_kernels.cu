@@ -1,6 +1,7 @@
 // CUDA trampolines of the built-in metadata kernels. The per-row code is in the headers beside
 // this file and is the same code the host executor runs.
 #include "kernels/builtin_kernels.hpp"
+#include "kernels/draft_kv_indices.hpp"
 #include "kernels/expand_page_table.hpp"
 #include "kernels/guard_ops.hpp"
 #include "kernels/prefix_metadata.hpp"
@@ -37,6 +38,15 @@ cuda_rows_fn cuda_advance_step() {
 }
 cuda_rows_fn cuda_continue_condition() {
   return &cuda_rows<continue_condition_kernel>;
+}
+cuda_rows_fn cuda_kv_check() {
+  return &cuda_rows<kv_check_kernel>;
+}
+cuda_rows_fn cuda_kv_scan() {
+  return &cuda_rows<kv_scan_kernel>;
+}
+cuda_rows_fn cuda_kv_fill() {
+  return &cuda_rows<kv_fill_kernel>;
 }
 
 int load_cuda_kernels() {
