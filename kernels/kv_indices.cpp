@@ -115,9 +115,8 @@ void validate_contents_host(const kv_indices_params& p) {
         if (!kernels::kv_bad_slot(p, slot)) continue;
         const std::int64_t limit =
             p.kv_indices_i32 != nullptr && p.slot_limit > int32_max ? int32_max + 1 : p.slot_limit;
-        in_range(
-            indexed("req_to_token", pool_row, position / p.entry_page_size), slot, 0, limit,
-            p.kv_indices_i32 != nullptr ? "the int32 kv_indices / slot_limit bound" : "slot_limit");
+        in_range(indexed("req_to_token", pool_row, position / p.entry_page_size), slot, 0, limit,
+                 limit == p.slot_limit ? "slot_limit" : "the int32 kv_indices bound");
       }
     }
   }
