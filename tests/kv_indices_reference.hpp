@@ -7,8 +7,6 @@
 #include <cstdint>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "specgraph/guard.hpp"
 
 namespace specgraph::testing {
@@ -128,29 +126,6 @@ inline kv_expected kv_reference(const kv_case& c) {
     }
   }
   return out;
-}
-
-// The guard word the records imply: all counted, the lowest (row, column) kept.
-inline void kv_expect_guard(const guard_word& g, const std::vector<kv_record>& records,
-                            std::int32_t capacity, std::int32_t k) {
-  ASSERT_EQ(g.violations, static_cast<std::int32_t>(records.size()))
-      << "guard of launch step " << k;
-  if (records.empty()) {
-    ASSERT_EQ(g.kind, 0);
-    return;
-  }
-  const kv_record* first = &records[0];
-  for (const kv_record& r : records) {
-    if (r.row < first->row || (r.row == first->row && r.column < first->column)) first = &r;
-  }
-  ASSERT_EQ(static_cast<violation_kind>(g.kind), first->kind) << "step " << k;
-  ASSERT_EQ(static_cast<kernel_id>(g.kernel), kernel_id::draft_kv_indices);
-  ASSERT_EQ(g.row, first->row) << "step " << k;
-  ASSERT_EQ(g.column, first->column) << "step " << k;
-  ASSERT_EQ(g.value, first->value) << "step " << k;
-  if (first->kind == violation_kind::capacity) {
-    ASSERT_EQ(g.capacity, capacity);
-  }
 }
 
 }  // namespace specgraph::testing

@@ -2,6 +2,8 @@
 // kv_indices_reference.hpp, over random cases: topk 1..8, page sizes 1/2/4/16/64, entry page size
 // 1 or ps, windows with sinks, padded requests, int32/int64 indices, exact, engine-like and short
 // capacities, packed and strided steps, sub-ranges of steps, bad pool rows, seq_lens and slots.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -102,6 +104,29 @@ kv_case random_case(std::mt19937_64& rng, bool allow_bad, bool small, int region
   }
   if (!allow_bad) c.slot_limit = INT64_MAX;
   return c;
+}
+
+// The guard word the records imply: all counted, the lowest (row, column) kept.
+inline void kv_expect_guard(const guard_word& g, const std::vector<kv_record>& records,
+                            std::int32_t capacity, std::int32_t k) {
+  ASSERT_EQ(g.violations, static_cast<std::int32_t>(records.size()))
+      << "guard of launch step " << k;
+  if (records.empty()) {
+    ASSERT_EQ(g.kind, 0);
+    return;
+  }
+  const kv_record* first = &records[0];
+  for (const kv_record& r : records) {
+    if (r.row < first->row || (r.row == first->row && r.column < first->column)) first = &r;
+  }
+  ASSERT_EQ(static_cast<violation_kind>(g.kind), first->kind) << "step " << k;
+  ASSERT_EQ(static_cast<kernel_id>(g.kernel), kernel_id::draft_kv_indices);
+  ASSERT_EQ(g.row, first->row) << "step " << k;
+  ASSERT_EQ(g.column, first->column) << "step " << k;
+  ASSERT_EQ(g.value, first->value) << "step " << k;
+  if (first->kind == violation_kind::capacity) {
+    ASSERT_EQ(g.capacity, capacity);
+  }
 }
 
 kv_indices_params params_of(const kv_case& c) {
