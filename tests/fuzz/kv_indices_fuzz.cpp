@@ -52,8 +52,11 @@ void run(reader& in) {
     c.sink = in.value32(0, 3, limits::max_context_len);
   }
   c.max_seq_len = in.value32(0, 24, limits::max_context_len);
-  c.first_step = in.value32(0, std::max(c.num_steps - 1, 0), limits::max_num_steps);
-  c.step_count = in.value32(1, std::max(c.num_steps - c.first_step, 1), limits::max_num_steps);
+  // int64: the fuzzed num_steps and first_step may be INT32_MIN or INT32_MAX.
+  c.first_step = in.value32(0, std::max<std::int64_t>(std::int64_t{c.num_steps} - 1, 0),
+                            limits::max_num_steps);
+  c.step_count = in.value32(1, std::max<std::int64_t>(std::int64_t{c.num_steps} - c.first_step, 1),
+                            limits::max_num_steps);
   c.capacity = in.value32(0, 64, 0x7fffffff);
   c.capacity_growth = in.value32(0, 16, 0x7fffffff);
   const std::uint8_t stride_mode = in.byte();
@@ -80,7 +83,7 @@ void run(reader& in) {
                                             kh::max_cells * 16));
   }
   const bool sized = batch >= 1 && batch <= kh::max_cells && c.pool_rows >= 1 &&
-                     n_rtt <= kh::max_cells && n_cells <= kh::max_cells * 4 &&
+                     n_rtt <= kh::max_cells && n_cells <= kh::max_cells &&
                      n_indptr <= kh::max_cells && n_indices <= kh::max_cells && c.step_count >= 1 &&
                      c.step_count <= (1 << 12);
   kv_indices_params p;
