@@ -47,6 +47,14 @@ std::int32_t* draft_buffers::expand_page_table(std::int32_t step) const {
   return at<std::int32_t>(layout().expand_page_table[static_cast<std::size_t>(step)]);
 }
 
+void* draft_buffers::csr_kv_indices(std::int32_t step) const {
+  detail::in_range("step", step, 0, plan_->config.num_steps, "num_steps");
+  SPECGRAPH_EXPECTS(!layout().csr_kv_indices.empty(), "formats",
+                    std::string(to_string(plan_->config.formats)) +
+                        ": this plan holds no CSR indices (use csr or both)");
+  return at<unsigned char>(layout().csr_kv_indices[static_cast<std::size_t>(step)]);
+}
+
 std::int32_t* draft_buffers::expand_cache_seqlen(std::int32_t step) const {
   detail::in_range("step", step, 0, plan_->config.num_steps, "num_steps");
   SPECGRAPH_EXPECTS(layout().has_fa3, "formats", "csr: this plan holds no FA3 expand tables");
