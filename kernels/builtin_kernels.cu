@@ -50,12 +50,18 @@ cuda_rows_fn cuda_kv_fill() {
 }
 
 int load_cuda_kernels() {
-  const int results[] = {
-      cuda_rows_load<expand_page_table_kernel>(), cuda_rows_load<prefix_check_kernel>(),
-      cuda_rows_load<prefix_fill_kernel>(),       cuda_rows_load<sparse_stage_kernel>(),
-      cuda_rows_load<stage_inputs_kernel>(),      cuda_rows_load<count_violations_kernel>(),
-      cuda_rows_load<reset_guards_kernel>(),      cuda_rows_load<advance_step_kernel>(),
-      cuda_rows_load<continue_condition_kernel>()};
+  const int results[] = {cuda_rows_load<expand_page_table_kernel>(),
+                         cuda_rows_load<prefix_check_kernel>(),
+                         cuda_rows_load<prefix_fill_kernel>(),
+                         cuda_rows_load<sparse_stage_kernel>(),
+                         cuda_rows_load<stage_inputs_kernel>(),
+                         cuda_rows_load<count_violations_kernel>(),
+                         cuda_rows_load<reset_guards_kernel>(),
+                         cuda_rows_load<advance_step_kernel>(),
+                         cuda_rows_load<continue_condition_kernel>(),
+                         cuda_rows_load<kv_check_kernel>(),
+                         cuda_rows_load<kv_scan_kernel>(),
+                         cuda_rows_load<kv_fill_kernel>()};
   for (const int e : results) {
     if (e != 0) return e;
   }
