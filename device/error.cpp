@@ -60,6 +60,7 @@ const char* to_string(kernel_id k) noexcept {
     case kernel_id::sparse_fallback: return "sparse_fallback";
     case kernel_id::sparse_stage: return "sparse_stage";
     case kernel_id::stage_inputs: return "stage_inputs";
+    case kernel_id::draft_kv_indices: return "draft_kv_indices";
   }
   return "unknown";
 }

@@ -43,11 +43,21 @@ draft_buffers::draft_buffers(const specgraph::plan& p, void* base)
 
 std::int32_t* draft_buffers::expand_page_table(std::int32_t step) const {
   detail::in_range("step", step, 0, plan_->config.num_steps, "num_steps");
+  SPECGRAPH_EXPECTS(layout().has_fa3, "formats", "csr: this plan holds no FA3 expand tables");
   return at<std::int32_t>(layout().expand_page_table[static_cast<std::size_t>(step)]);
+}
+
+void* draft_buffers::csr_kv_indices(std::int32_t step) const {
+  detail::in_range("step", step, 0, plan_->config.num_steps, "num_steps");
+  SPECGRAPH_EXPECTS(!layout().csr_kv_indices.empty(), "formats",
+                    std::string(to_string(plan_->config.formats)) +
+                        ": this plan holds no CSR indices (use csr or both)");
+  return at<unsigned char>(layout().csr_kv_indices[static_cast<std::size_t>(step)]);
 }
 
 std::int32_t* draft_buffers::expand_cache_seqlen(std::int32_t step) const {
   detail::in_range("step", step, 0, plan_->config.num_steps, "num_steps");
+  SPECGRAPH_EXPECTS(layout().has_fa3, "formats", "csr: this plan holds no FA3 expand tables");
   return at<std::int32_t>(layout().expand_cache_seqlen[static_cast<std::size_t>(step)]);
 }
 
@@ -103,12 +113,18 @@ step_view draft_buffers::view(std::int32_t bucket, std::int32_t step) const {
   v.prefix_stride = l.prefix_capacity;
   v.prefix_capacity = l.prefix_capacity;
   v.cu_seqlens_q = cu_seqlens_q();
-  v.expand_page_table = at<std::int32_t>(l.expand_page_table[static_cast<std::size_t>(step)]);
-  v.expand_capacity = step + 2;
-  v.expand_stride = l.expand_stride[static_cast<std::size_t>(step)];
+  if (l.has_fa3) {  // a csr-only plan's view has no FA3 tables (null pointers, stride 0)
+    v.expand_page_table = at<std::int32_t>(l.expand_page_table[static_cast<std::size_t>(step)]);
+    v.expand_capacity = step + 2;
+    v.expand_stride = l.expand_stride[static_cast<std::size_t>(step)];
+  } else {
+    v.prefix_page_table = nullptr;
+  }
   v.device_step = c.device_steps ? device_step() : nullptr;
   v.confidence = confidence();
-  v.expand_cache_seqlen = at<std::int32_t>(l.expand_cache_seqlen[static_cast<std::size_t>(step)]);
+  if (l.has_fa3) {
+    v.expand_cache_seqlen = at<std::int32_t>(l.expand_cache_seqlen[static_cast<std::size_t>(step)]);
+  }
   v.sparse = sparse();
   return v;
 }

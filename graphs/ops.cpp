@@ -107,6 +107,7 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
     ex.fill_bytes(b.guards() + plan_layout::guard_prefix, 0,
                   static_cast<std::size_t>(words) * sizeof(guard_word));
   }
+  if (!pl.layout.has_fa3) return;  // csr-only: no FA3 prefix table to write
   prefix_params p;
   p.req_to_token = tables.req_to_token;
   p.req_to_token_stride = c.max_context_len;

@@ -52,7 +52,7 @@ class arena_builder {
 
 // The config field whose value sizes a buffer, for the arena-limit error.
 const char* sizing_field(const std::string& buffer) {
-  if (buffer == "prefix.page_table") return "max_context_len";
+  if (buffer == "prefix.page_table" || buffer == "csr.kv_indices") return "max_context_len";
   if (buffer.rfind("sparse.", 0) == 0) return "sparse";
   if (buffer == "input.out_cache_loc") return "num_steps";
   return "max_batch";
@@ -76,6 +76,15 @@ std::vector<std::int32_t> default_buckets(std::int32_t max_batch) {
   add_range(272, max_batch, 16);
   if (b.back() != max_batch) b.push_back(max_batch);
   return b;
+}
+
+const char* to_string(metadata_formats f) noexcept {
+  switch (f) {
+    case metadata_formats::fa3: return "fa3";
+    case metadata_formats::csr: return "csr";
+    case metadata_formats::both: return "both";
+  }
+  return "?";
 }
 
 const char* to_string(dtype t) noexcept {
@@ -136,6 +145,15 @@ void validate(const draft_config& c) {
   SPECGRAPH_EXPECTS(!(c.device_steps && c.round_graphs), "round_graphs",
                     "true cannot be combined with device_steps (use device_depth for one launch "
                     "per round)");
+  between("formats", static_cast<std::int32_t>(c.formats), 0, 2, "the last format (both = 2)");
+  if (c.formats != metadata_formats::fa3) {
+    // CSR kv_indptr is int32: the last step's C_s = rows * (max_context_len + num_steps) must fit.
+    const std::int64_t last = rows * (static_cast<std::int64_t>(c.max_context_len) + c.num_steps);
+    SPECGRAPH_EXPECTS(last <= 0x7fffffff, "max_context_len",
+                      std::to_string(c.max_context_len) + ": the CSR step capacity " +
+                          std::to_string(rows) + " rows x (max_context_len + num_steps) = " +
+                          std::to_string(last) + " exceeds the int32 kv_indptr limit 2147483647");
+  }
   if (c.sparse) {
     const sparse_config& s = *c.sparse;
     between("sparse.heads", s.heads, 1, limits::max_heads, "the limit");
@@ -186,13 +204,20 @@ plan make_plan(const draft_config& config) {
   // Step-invariant prefix metadata: once, not once per step; ceil(max_context_len / ps) wide.
   l.last_page_len = a.add("prefix.last_page_len", all_steps, {max_bucket}, dtype::int32);
   l.prefix_seqlen = a.add("prefix.seqlen", all_steps, {max_bucket}, dtype::int32);
-  l.prefix_page_table =
-      a.add("prefix.page_table", all_steps, {max_bucket, prefix_cols}, dtype::int32);
+  const bool fa3 = c.formats != metadata_formats::csr;
+  const bool csr = c.formats != metadata_formats::fa3;
+  l.has_fa3 = fa3;
+  if (fa3) {
+    l.prefix_page_table =
+        a.add("prefix.page_table", all_steps, {max_bucket, prefix_cols}, dtype::int32);
+  }
   l.cu_seqlens_q = a.add("prefix.cu_seqlens_q", all_steps, {max_bucket + 1}, dtype::int32);
   l.prefix_refused = a.add("prefix.refused", all_steps, {max_bucket}, dtype::int32);  // scratch
   // Expand metadata: per step exactly d + 1 = s + 2 columns; with device steps one table the
   // widest step's width, shared by every step (each still writes only its own s + 2 columns).
-  if (c.device_steps) {
+  if (!fa3) {
+    // CSR only: no FA3 tables.
+  } else if (c.device_steps) {
     const std::size_t table =
         a.add("expand.page_table", all_steps, {rows, c.num_steps + 1}, dtype::int32);
     const std::size_t seqlen = a.add("expand.cache_seqlen", all_steps, {rows}, dtype::int32);
@@ -209,6 +234,18 @@ plan make_plan(const draft_config& config) {
     }
   }
   l.confidence = a.add("round.confidence", all_steps, {rows}, dtype::float32);
+  if (csr) {
+    // Exact per-step capacities C_s = rows * (max_context_len + s + 1) (docs/csr.md).
+    l.csr_kv_indptr = a.add("csr.kv_indptr", all_steps, {c.num_steps, rows + 1}, dtype::int32);
+    for (std::int32_t s = 0; s < c.num_steps; ++s) {
+      const std::int64_t capacity = rows * (static_cast<std::int64_t>(c.max_context_len) + s + 1);
+      l.csr_capacity.push_back(capacity);
+      l.csr_kv_indices.push_back(
+          a.add("csr.kv_indices", s, {capacity}, c.csr_int64 ? dtype::int64 : dtype::int32));
+      p.our_csr_indices_bytes += p.buffers.back().bytes;
+    }
+    l.csr_scratch = a.add("csr.scratch", all_steps, {3 * max_bucket}, dtype::int32);
+  }
   if (c.sparse) {
     const sparse_config& sp = *c.sparse;
     const std::int64_t heads = sp.heads;
@@ -244,7 +281,8 @@ plan make_plan(const draft_config& config) {
       st.slash_count = a.add(base + ".slash_count", all_steps, {heads}, dtype::int32);
     }
   }
-  l.guard_count = 2 + c.num_steps + (c.sparse ? sparse_stage_kinds : 0);
+  l.guard_csr_base = 2 + c.num_steps + (c.sparse ? sparse_stage_kinds : 0);
+  l.guard_count = l.guard_csr_base + (csr ? c.num_steps : 0);
   l.guards = a.add("guards", all_steps, {l.guard_count}, dtype::guard);
   p.total_bytes = align_up(a.end(), arena_alignment);
 
@@ -259,7 +297,7 @@ plan make_plan(const draft_config& config) {
                           std::to_string(largest.bytes) + " bytes)");
   }
 
-  p.our_prefix_table_bytes = p.find("prefix.page_table").bytes;
+  if (fa3) p.our_prefix_table_bytes = p.find("prefix.page_table").bytes;
   for (const buffer_spec& b : p.buffers) {
     if (b.name == "expand.page_table") p.our_expand_table_bytes += b.bytes;
   }
@@ -269,15 +307,23 @@ plan make_plan(const draft_config& config) {
       static_cast<std::size_t>(rows * (steps * (steps + 3) / 2) * 4 + rows * steps * 4);
   p.device_steps_expand_bytes = static_cast<std::size_t>(rows * (steps + 1) * 4 + rows * 4);
   // Below 2^40 * 2^10 * 2^28: inside size_t.
-  p.today.prefix_table_bytes = static_cast<std::size_t>(c.num_steps) *
-                               static_cast<std::size_t>(max_bucket) *
-                               static_cast<std::size_t>(c.max_context_len) * 4;
-  p.today.expand_table_bytes = static_cast<std::size_t>(c.num_steps) *
-                               static_cast<std::size_t>(rows) *
-                               static_cast<std::size_t>(c.num_steps) * 4;
+  p.today.prefix_table_bytes = !fa3 ? 0
+                                    : static_cast<std::size_t>(c.num_steps) *
+                                          static_cast<std::size_t>(max_bucket) *
+                                          static_cast<std::size_t>(c.max_context_len) * 4;
+  p.today.expand_table_bytes = !fa3 ? 0
+                                    : static_cast<std::size_t>(c.num_steps) *
+                                          static_cast<std::size_t>(rows) *
+                                          static_cast<std::size_t>(c.num_steps) * 4;
+  // CSR as engines size it: num_steps rows of max_bs * topk * max_context_len (< 2^31 each).
+  p.today.csr_indices_bytes =
+      !csr ? 0
+           : static_cast<std::size_t>(c.num_steps) * static_cast<std::size_t>(rows) *
+                 static_cast<std::size_t>(c.max_context_len) * (c.csr_int64 ? 8 : 4);
   // Everything else is the same in both sizings.
-  p.today.total_bytes = p.total_bytes - p.our_prefix_table_bytes - p.our_expand_table_bytes +
-                        p.today.prefix_table_bytes + p.today.expand_table_bytes;
+  p.today.total_bytes = p.total_bytes - p.our_prefix_table_bytes - p.our_expand_table_bytes -
+                        p.our_csr_indices_bytes + p.today.prefix_table_bytes +
+                        p.today.expand_table_bytes + p.today.csr_indices_bytes;
   return p;
 }
 

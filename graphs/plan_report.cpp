@@ -16,6 +16,20 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
+std::string plan::csr_report_line() const {
+  if (layout.csr_kv_indices.empty())
+    return "csr: not held (formats " + std::string(to_string(config.formats)) + ")\n";
+  std::ostringstream s;
+  const double ratio =
+      static_cast<double>(today.csr_indices_bytes) / static_cast<double>(our_csr_indices_bytes);
+  s << "csr kv_indices: C_s = rows x (max_context_len + s + 1) = " << layout.csr_capacity.front()
+    << " .. " << layout.csr_capacity.back() << " entries per step, " << our_csr_indices_bytes
+    << " bytes; today's engine sizing (num_steps x max_bs * topk * max_context_len): "
+    << today.csr_indices_bytes << " bytes (" << std::fixed << std::setprecision(4) << ratio
+    << "x; it has no room for the draft entries)\n";
+  return s.str();
+}
+
 std::string plan::report_text() const {
   std::ostringstream s;
   s << std::left << std::setw(28) << "buffer" << std::setw(6) << "step" << std::setw(18) << "shape"
@@ -40,8 +54,8 @@ std::string plan::report_text() const {
     << device_steps_expand_bytes
     << " bytes device-steps (this plan: " << (config.device_steps ? "device-steps" : "per-step")
     << ")\n"
-    << "total: " << total_bytes << " bytes vs " << today.total_bytes << " bytes today ("
-    << std::fixed << std::setprecision(2) << ratio << "x)\n";
+    << csr_report_line() << "total: " << total_bytes << " bytes vs " << today.total_bytes
+    << " bytes today (" << std::fixed << std::setprecision(2) << ratio << "x)\n";
   return s.str();
 }
 
@@ -72,7 +86,19 @@ std::string plan::report_json() const {
     << ",\"total_bytes\":" << today.total_bytes << "},\"ratio\":" << ratio
     << ",\"modes\":{\"per_step_expand_bytes\":" << per_step_expand_bytes
     << ",\"device_steps_expand_bytes\":" << device_steps_expand_bytes << ",\"this_plan\":\""
-    << (config.device_steps ? "device_steps" : "per_step") << "\"}}";
+    << (config.device_steps ? "device_steps" : "per_step") << "\"},\"formats\":\""
+    << to_string(config.formats) << "\"";
+  if (!layout.csr_kv_indices.empty()) {
+    s << ",\"csr\":{\"capacity\":[";
+    for (std::size_t i = 0; i < layout.csr_capacity.size(); ++i) {
+      s << (i ? "," : "") << layout.csr_capacity[i];
+    }
+    s << "],\"kv_indices_bytes\":" << our_csr_indices_bytes
+      << ",\"today_kv_indices_bytes\":" << today.csr_indices_bytes << ",\"ratio\":"
+      << static_cast<double>(today.csr_indices_bytes) / static_cast<double>(our_csr_indices_bytes)
+      << '}';
+  }
+  s << '}';
   return s.str();
 }
 

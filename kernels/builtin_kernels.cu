@@ -1,6 +1,7 @@
 // CUDA trampolines of the built-in metadata kernels. The per-row code is in the headers beside
 // this file and is the same code the host executor runs.
 #include "kernels/builtin_kernels.hpp"
+#include "kernels/draft_kv_indices.hpp"
 #include "kernels/expand_page_table.hpp"
 #include "kernels/guard_ops.hpp"
 #include "kernels/prefix_metadata.hpp"
@@ -38,14 +39,29 @@ cuda_rows_fn cuda_advance_step() {
 cuda_rows_fn cuda_continue_condition() {
   return &cuda_rows<continue_condition_kernel>;
 }
+cuda_rows_fn cuda_kv_check() {
+  return &cuda_rows<kv_check_kernel>;
+}
+cuda_rows_fn cuda_kv_scan() {
+  return &cuda_rows<kv_scan_kernel>;
+}
+cuda_rows_fn cuda_kv_fill() {
+  return &cuda_rows<kv_fill_kernel>;
+}
 
 int load_cuda_kernels() {
-  const int results[] = {
-      cuda_rows_load<expand_page_table_kernel>(), cuda_rows_load<prefix_check_kernel>(),
-      cuda_rows_load<prefix_fill_kernel>(),       cuda_rows_load<sparse_stage_kernel>(),
-      cuda_rows_load<stage_inputs_kernel>(),      cuda_rows_load<count_violations_kernel>(),
-      cuda_rows_load<reset_guards_kernel>(),      cuda_rows_load<advance_step_kernel>(),
-      cuda_rows_load<continue_condition_kernel>()};
+  const int results[] = {cuda_rows_load<expand_page_table_kernel>(),
+                         cuda_rows_load<prefix_check_kernel>(),
+                         cuda_rows_load<prefix_fill_kernel>(),
+                         cuda_rows_load<sparse_stage_kernel>(),
+                         cuda_rows_load<stage_inputs_kernel>(),
+                         cuda_rows_load<count_violations_kernel>(),
+                         cuda_rows_load<reset_guards_kernel>(),
+                         cuda_rows_load<advance_step_kernel>(),
+                         cuda_rows_load<continue_condition_kernel>(),
+                         cuda_rows_load<kv_check_kernel>(),
+                         cuda_rows_load<kv_scan_kernel>(),
+                         cuda_rows_load<kv_fill_kernel>()};
   for (const int e : results) {
     if (e != 0) return e;
   }

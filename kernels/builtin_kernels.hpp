@@ -14,6 +14,9 @@ cuda_rows_fn cuda_count_violations();
 cuda_rows_fn cuda_reset_guards();
 cuda_rows_fn cuda_advance_step();
 cuda_rows_fn cuda_continue_condition();
+cuda_rows_fn cuda_kv_check();
+cuda_rows_fn cuda_kv_scan();
+cuda_rows_fn cuda_kv_fill();
 
 // Loads every built-in kernel into the current device's context (cuda_rows_load): the cuda
 // executor calls it when made, so no first launch waits for a lazy module load. Returns the

@@ -30,6 +30,15 @@ cuda_rows_fn cuda_advance_step() {
 cuda_rows_fn cuda_continue_condition() {
   return nullptr;
 }
+cuda_rows_fn cuda_kv_check() {
+  return nullptr;
+}
+cuda_rows_fn cuda_kv_scan() {
+  return nullptr;
+}
+cuda_rows_fn cuda_kv_fill() {
+  return nullptr;
+}
 int load_cuda_kernels() {
   return 0;
 }

@@ -19,6 +19,7 @@ constexpr const char* usage =
     "  plan                the static buffers of a configuration vs today's engine sizing\n"
     "  metadata expand     read an expand-page-table case as JSON on stdin, print the result\n"
     "  metadata fallback   read a sparse-fallback case as JSON on stdin, print the indices\n"
+    "  metadata kv-indices read a CSR draft-decode case as JSON on stdin, print every step\n"
     "  help                this text\n";
 
 int dispatch(const std::vector<std::string>& args) {

@@ -17,60 +17,14 @@
 #include "specgraph/metadata.hpp"
 #include "tools/cli_text.hpp"
 #include "tools/json.hpp"
+#include "tools/metadata_io.hpp"
 
 namespace specgraph::tools {
 namespace {
 
-std::int32_t as_int32(const json& v, const std::string& field) {
-  const std::int64_t x = as_int(v, field);
-  if (x < std::numeric_limits<std::int32_t>::min() ||
-      x > std::numeric_limits<std::int32_t>::max()) {
-    throw json_error(field + ": " + std::to_string(x) + " does not fit in int32");
-  }
-  return static_cast<std::int32_t>(x);
-}
-
-const json& required(const json& object, const std::string& key) {
-  const json* v = member(object, key);
-  if (v == nullptr) throw json_error(key + ": missing");
-  return *v;
-}
-
-json read_object(std::istream& in) {
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return json::parse(text);
-}
-
-template <class T>
-void write_list(std::ostream& out, const T* data, std::size_t n) {
-  out << '[';
-  for (std::size_t i = 0; i < n; ++i) out << (i ? "," : "") << data[i];
-  out << ']';
-}
-
-void write_violation(std::ostream& out, const guard_word& g) {
-  out << "{\"kind\":" << quote(to_string(static_cast<violation_kind>(g.kind)))
-      << ",\"kernel\":" << quote(to_string(static_cast<kernel_id>(g.kernel)))
-      << ",\"row\":" << g.row << ",\"column\":" << g.column << ",\"capacity\":" << g.capacity
-      << ",\"value\":" << g.value << ",\"count\":" << g.violations << '}';
-}
-
 // The table cells one `metadata expand` may print: the inspection tool is for crash dumps of a
 // few rows, not for tables of gigabytes (which a declared capacity alone could demand).
 constexpr std::int64_t max_output_cells = std::int64_t{1} << 24;
-
-template <class Body>
-int guarded(std::ostream& err, Body body) {
-  try {
-    body();
-    return 0;
-  } catch (const json_error& e) {
-    err << "specgraph: error: " << one_line(e.what()) << '\n';
-  } catch (const invalid_argument& e) {
-    err << "specgraph: error: " << one_line(e.what()) << '\n';
-  }
-  return 2;
-}
 
 void check_output_size(std::int32_t capacity, std::int64_t rows) {
   if (capacity < 1)
@@ -90,7 +44,8 @@ constexpr const char* metadata_usage =
     "\n"
     "commands:\n"
     "  expand     the step's expand page table and cache seqlens (metadata expand --help)\n"
-    "  fallback   the sparse fallback's evenly spaced indices (metadata fallback --help)\n";
+    "  fallback   the sparse fallback's evenly spaced indices (metadata fallback --help)\n"
+    "  kv-indices the CSR draft-decode kv_indptr / kv_indices of every step (docs/csr.md)\n";
 
 constexpr const char* expand_usage =
     "usage: specgraph metadata expand < case.json\n"
@@ -115,6 +70,19 @@ constexpr const char* fallback_usage =
     "output: {\"indices\": [...], \"violations\": [...]}\n"
     "example: {\"seq_len\":48,\"max_count\":4,\"capacity\":4} gives [0,12,24,36]\n";
 
+constexpr const char* kv_indices_usage =
+    "usage: specgraph metadata kv-indices < case.json\n"
+    "input: one JSON object with the fields (docs/csr.md)\n"
+    "  page_size, topk, num_steps  ints >= 1\n"
+    "  seq_len          [batch] ints >= 0, committed tokens per request\n"
+    "  req_pool_index   [batch] ints, each request's row of req_to_token\n"
+    "  req_to_token     rows of equal width: token slots (or page ids with entry_page_size > 1)\n"
+    "  entry_page_size  int, positions per req_to_token entry (default 1)\n"
+    "  window, sink     ints, the draft attention window and its sink tokens (default 0: off)\n"
+    "  capacity         [num_steps] ints, entries each step may store (default: what it uses)\n"
+    "output: {\"kv_indptr\": [num_steps][N + 1], \"kv_indices\": [num_steps][...], "
+    "\"violations\": [...]}\n";
+
 bool is_help(const std::string& arg) {
   return arg == "--help" || arg == "-h" || arg == "help";
 }
@@ -132,20 +100,22 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
     return 0;
   }
   const bool expand = args[0] == "expand", fallback = args[0] == "fallback";
-  if (!expand && !fallback) {
+  const bool kv = args[0] == "kv-indices";
+  if (!expand && !fallback && !kv) {
     err << "specgraph: error: unknown metadata command " << echo(args[0])
-        << " (commands: expand, fallback; run 'specgraph metadata --help')\n";
+        << " (commands: expand, fallback, kv-indices; run 'specgraph metadata --help')\n";
     return 2;
   }
   if (args.size() > 1) {
     if (args.size() == 2 && is_help(args[1])) {
-      out << (expand ? expand_usage : fallback_usage);
+      out << (expand ? expand_usage : kv ? kv_indices_usage : fallback_usage);
       return 0;
     }
     err << "specgraph: error: metadata " << args[0] << " takes no arguments (got " << echo(args[1])
         << "); it reads the case from stdin (run 'specgraph metadata " << args[0] << " --help')\n";
     return 2;
   }
+  if (kv) return metadata_kv_indices(in, out, err);
   return expand ? metadata_expand(in, out, err) : metadata_fallback(in, out, err);
 }
 

@@ -1,4 +1,5 @@
-// `specgraph metadata expand|fallback`: one case as JSON on stdin, the result as JSON on stdout.
+// `specgraph metadata expand|fallback|kv-indices`: one case as JSON on stdin, the result as JSON on
+// stdout.
 #pragma once
 
 #include <iosfwd>
@@ -9,11 +10,13 @@ namespace specgraph::tools {
 
 // Each returns the process exit code: 0 on success, 2 on invalid input (one line on `err`
 // naming the field).
-// `specgraph metadata [expand|fallback] [--help]`: the usage (listing the commands, or a
+// `specgraph metadata [expand|fallback|kv-indices] [--help]`: the usage (listing the commands, or a
 // command's input fields) or the command itself on `in`; 2 for an unknown command or argument.
 int metadata_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out,
                      std::ostream& err);
 int metadata_expand(std::istream& in, std::ostream& out, std::ostream& err);
 int metadata_fallback(std::istream& in, std::ostream& out, std::ostream& err);
+// `metadata kv-indices`: the CSR draft-decode indices of every step (docs/csr.md).
+int metadata_kv_indices(std::istream& in, std::ostream& out, std::ostream& err);
 
 }  // namespace specgraph::tools

@@ -21,6 +21,8 @@ constexpr const char* plan_usage =
     "  --max-batch N --topk N --steps N --page-size N --max-context N\n"
     "  --pool-rows N (default max-batch + 1)  --kv-slots N (default 2^24)\n"
     "  --buckets 1,2,4,...   (default: the common list up to --max-batch)\n"
+    "  --formats fa3|csr|both  the draft-decode metadata held (default fa3; docs/csr.md)\n"
+    "  --csr-int64           CSR kv_indices as int64 (Triton) instead of int32 (FlashInfer)\n"
     "  --json [FILE]         the plan as JSON instead of a table: to stdout, or written to FILE\n"
     "                        (as run --json FILE; --json - or a following flag: stdout)\n"
     "defaults: --max-batch 256 --topk 8 --steps 5 --page-size 16 --max-context 4096\n";
@@ -74,6 +76,10 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         if (json_path == "-") json_path.clear();
         continue;
       }
+      if (flag == "--csr-int64") {
+        c.csr_int64 = true;
+        continue;
+      }
       if (i + 1 >= args.size()) throw invalid_argument(flag, flag + ": missing value");
       const std::string& value = args[++i];
       auto fit_int32 = [&](std::int64_t v) {
@@ -97,6 +103,16 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         pool_rows = int32();
       } else if (flag == "--kv-slots") {
         c.kv_slots = number(flag, value);
+      } else if (flag == "--formats") {
+        if (value == "fa3") {
+          c.formats = metadata_formats::fa3;
+        } else if (value == "csr") {
+          c.formats = metadata_formats::csr;
+        } else if (value == "both") {
+          c.formats = metadata_formats::both;
+        } else {
+          throw invalid_argument(flag, flag + ": " + echo(value) + " is not fa3, csr or both");
+        }
       } else if (flag == "--buckets") {
         std::stringstream list(value);
         std::string item;

@@ -131,6 +131,16 @@ class draft_buffers {
   // Step s's expand metadata; throws invalid_argument ("step") outside [0, num_steps).
   std::int32_t* expand_page_table(std::int32_t step) const;
   std::int32_t* expand_cache_seqlen(std::int32_t step) const;
+  // CSR draft-decode indices (formats csr or both; docs/csr.md); null without CSR.
+  std::int32_t* csr_kv_indptr() const noexcept {
+    return layout().csr_kv_indices.empty() ? nullptr : at<std::int32_t>(layout().csr_kv_indptr);
+  }
+  // Step s's kv_indices, int32 or int64 by config.csr_int64; throws invalid_argument ("step",
+  // "formats") outside [0, num_steps) or without CSR.
+  void* csr_kv_indices(std::int32_t step) const;
+  std::int32_t* csr_scratch() const noexcept {
+    return layout().csr_kv_indices.empty() ? nullptr : at<std::int32_t>(layout().csr_scratch);
+  }
   // Guard words, plan_layout::guard_count of them.
   guard_word* guards() const noexcept { return at<guard_word>(layout().guards); }
 

@@ -20,6 +20,7 @@ enum class kernel_id : std::int32_t {
   sparse_fallback = 3,
   sparse_stage = 4,
   stage_inputs = 5,
+  draft_kv_indices = 6,
 };
 
 enum class violation_kind : std::int32_t {

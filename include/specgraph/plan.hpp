@@ -32,6 +32,13 @@ struct sparse_config {
   std::int32_t max_keys = 0;                // the longest key range a stage sees, [1, max_keys]
 };
 
+// Which draft-decode metadata a plan holds (docs/csr.md): FA3's page tables (the prefix and
+// expand tables draft_runtime runs), the CSR kv_indptr / kv_indices that FlashInfer and Triton
+// read, or both. A csr-only plan is sized and reported; draft_runtime refuses it (its ops write
+// the FA3 tables).
+enum class metadata_formats : std::int32_t { fa3 = 0, csr = 1, both = 2 };
+const char* to_string(metadata_formats f) noexcept;
+
 struct draft_config {
   std::int32_t max_batch = 0;        // largest real batch (requests) per round
   std::int32_t topk = 0;             // draft branches per request
@@ -63,6 +70,9 @@ struct draft_config {
   // depth the device decides (run_round_on_device): it continues while the step is below the
   // round's max_depth and any real row's confidence reaches the round's threshold.
   bool device_depth = false;
+  metadata_formats formats = metadata_formats::fa3;
+  // CSR kv_indices as int64 (Triton's) instead of int32 (FlashInfer's).
+  bool csr_int64 = false;
 };
 
 // The common speculative-decoding bucket list: 1..8, 10..32 step 2, 40..64 step 4, 72..256
@@ -139,6 +149,16 @@ struct plan_layout {
     std::size_t slash = 0, slash_count = 0;        // int32[heads][slash_capacity], [heads]
     std::int32_t vertical_capacity = 0, slash_capacity = 0;
   } sparse_stage[sparse_stage_kinds];
+  // CSR draft-decode indices (formats csr or both; docs/csr.md): kv_indptr int32[num_steps]
+  // [max_rows + 1]; per step s kv_indices int32 or int64 [csr_capacity[s]], exactly
+  // C_s = max_rows * (max_context_len + s + 1); the kernels' scratch int32[3 * max_bucket].
+  std::size_t csr_kv_indptr = 0;
+  std::vector<std::size_t> csr_kv_indices;  // [num_steps] (empty without CSR)
+  std::vector<std::int64_t> csr_capacity;   // [num_steps]
+  std::size_t csr_scratch = 0;
+  std::int32_t guard_csr_base = 0;  // guard_csr(s) = guard_csr_base + s
+  std::int32_t guard_csr(std::int32_t step) const { return guard_csr_base + step; }
+  bool has_fa3 = true;
   // Guard words: one per launch site (see the guard_* indices below).
   std::size_t guards = 0;
   std::int32_t guard_count = 0;
@@ -156,6 +176,8 @@ struct plan_layout {
 struct engine_sizing {
   std::size_t prefix_table_bytes = 0;
   std::size_t expand_table_bytes = 0;
+  // CSR: num_steps rows of max_bucket * topk * max_context_len entries (SGLang's draft buffers).
+  std::size_t csr_indices_bytes = 0;
   std::size_t total_bytes = 0;
 };
 
@@ -167,6 +189,7 @@ struct plan {
   engine_sizing today;  // the comparison sizing
   std::size_t our_prefix_table_bytes = 0;
   std::size_t our_expand_table_bytes = 0;
+  std::size_t our_csr_indices_bytes = 0;  // sum of the exact C_s (0 without CSR)
   // The expand tables and cache_seqlens in each mode, whatever this plan's mode (reports).
   std::size_t per_step_expand_bytes = 0;
   std::size_t device_steps_expand_bytes = 0;
@@ -183,6 +206,7 @@ struct plan {
   const buffer_spec& find(const std::string& name, std::int32_t step = all_steps) const;
   std::string report_text() const;  // a table: buffer, step, shape, dtype, capacity, offset, bytes
   std::string report_json() const;
+  std::string csr_report_line() const;  // report_text's CSR line
 };
 
 // Validates and plans. Throws invalid_argument naming the field when the configuration is out of

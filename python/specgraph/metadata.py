@@ -17,7 +17,7 @@ from .errors import InvalidArgument
 
 _KINDS = ("none", "capacity", "layout", "bad input")
 _KERNELS = ("none", "expand_page_table", "prefix_metadata", "sparse_fallback", "sparse_stage",
-            "stage_inputs")
+            "stage_inputs", "draft_kv_indices")
 
 
 class Violation(NamedTuple):

@@ -65,7 +65,8 @@ class GuardWord(NamedTuple):
     def describe(self) -> str:
         kinds = {"none": 0, "capacity": 1, "layout": 2, "bad input": 3}
         kernels = {"none": 0, "expand_page_table": 1, "prefix_metadata": 2, "sparse_fallback": 3,
-                   "sparse_stage": 4, "stage_inputs": 5}
+                   "sparse_stage": 4, "stage_inputs": 5,
+                   "draft_kv_indices": 6}
         return str(_ffi.describe_guard(self.violations, kinds.get(self.kind, 0),
                                        kernels.get(self.kernel, 0), self.row, self.column,
                                        self.capacity, self.value))
@@ -291,7 +292,7 @@ def check_guards(bufs: Buffers, bucket: Optional[int] = None) -> None:
 
 _KINDS = ("none", "capacity", "layout", "bad input")
 _KERNELS = ("none", "expand_page_table", "prefix_metadata", "sparse_fallback", "sparse_stage",
-            "stage_inputs")
+            "stage_inputs", "draft_kv_indices")
 
 
 def _guard_word(bufs: Buffers, index: int, w: Any) -> GuardWord:

@@ -1,5 +1,6 @@
-// libFuzzer harness: tools/json.cpp's parser and the `metadata expand` / `metadata fallback`
-// commands, all three on every input (the input is the JSON text itself).
+// libFuzzer harness: tools/json.cpp's parser and the `metadata expand` / `metadata fallback` /
+// `metadata kv-indices` commands, all on every input (the input is the JSON text itself; the
+// kv-indices output check is in json_fuzz_kv.cpp).
 //
 // Promises checked:
 //   * json::parse returns or throws json_error; a parsed document survives a round trip through
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_support.hpp"
+#include "tests/fuzz/json_fuzz_kv.hpp"
 #include "tools/json.hpp"
 #include "tools/metadata_command.hpp"
 
@@ -329,5 +331,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (expand.code == 0) check_expand_output(input, expand.out);
   const run_result fallback = run(specgraph::tools::metadata_fallback, "fallback", input);
   if (fallback.code == 0) check_fallback_output(input, fallback.out);
+  const run_result kv = run(specgraph::tools::metadata_kv_indices, "kv-indices", input);
+  if (kv.code == 0 && kv.out.size() <= max_parsed_output) {
+    specgraph::fuzz::check_kv_indices_output(input, kv.out);
+  }
   return 0;
 }

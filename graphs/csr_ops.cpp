@@ -1,0 +1,133 @@
+// The CSR draft-decode index operations (csr_ops.hpp) over a plan's buffers.
+#include "specgraph/csr_ops.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include "device/checks.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/executor.hpp"
+#include "specgraph/kv_indices.hpp"
+
+namespace specgraph {
+namespace {
+
+void check_csr_plan(const plan& p, std::int32_t bucket) {
+  SPECGRAPH_EXPECTS(!p.layout.csr_kv_indices.empty(), "formats",
+                    std::string(to_string(p.config.formats)) +
+                        ": this plan holds no CSR indices (use csr or both)");
+  SPECGRAPH_EXPECTS(p.has_bucket(bucket), "bucket",
+                    std::to_string(bucket) + " is not one of the planned buckets");
+}
+
+// The launch over steps [first, first + count) of `bucket`; outputs set by the caller.
+kv_indices_params csr_params(const draft_buffers& b, std::int32_t bucket, std::int32_t first,
+                             std::int32_t count, const engine_tables& tables) {
+  const plan& p = b.plan();
+  const draft_config& c = p.config;
+  check_csr_plan(p, bucket);
+  detail::in_range("step", first, 0, c.num_steps, "num_steps");
+  detail::not_null("req_to_token", tables.req_to_token);
+  kv_indices_params k;
+  k.req_to_token = tables.req_to_token;
+  k.req_to_token_stride = c.max_context_len;
+  k.pool_rows = c.pool_rows;
+  k.req_pool_index = b.req_pool_index();
+  k.seq_len = b.seq_len();
+  k.batch = bucket;
+  k.topk = c.topk;
+  k.num_steps = c.num_steps;
+  k.page_size = c.page_size;
+  k.max_seq_len = c.max_context_len;
+  k.first_step = first;
+  k.step_count = count;
+  k.slot_limit = c.kv_slots;
+  k.guard = b.guards() + p.layout.guard_csr(first);
+  k.scratch = b.csr_scratch();
+  // The plan's exact capacities, for the bucket's rows: C_s = rows * (M + s + 1) <= the plan's.
+  const std::int64_t rows = static_cast<std::int64_t>(bucket) * c.topk;
+  k.capacity =
+      static_cast<std::int32_t>(rows * (static_cast<std::int64_t>(c.max_context_len) + first + 1));
+  k.capacity_growth = static_cast<std::int32_t>(rows);
+  return k;
+}
+
+// One step into the plan's arena: kv_indptr row `first_step` (max_rows + 1 wide) and that
+// step's own kv_indices buffer (the plan's steps are separate, aligned buffers).
+void launch_into_arena(executor& ex, const draft_buffers& b, kv_indices_params k) {
+  const std::int64_t max_rows = b.plan().max_rows();
+  k.kv_indptr = b.csr_kv_indptr() + k.first_step * (max_rows + 1);
+  k.kv_indptr_stride = max_rows + 1;
+  void* indices = b.csr_kv_indices(k.first_step);
+  if (b.plan().config.csr_int64) {
+    k.kv_indices_i64 = static_cast<std::int64_t*>(indices);
+  } else {
+    k.kv_indices_i32 = static_cast<std::int32_t*>(indices);
+  }
+  launch_draft_kv_indices(ex, k);
+}
+
+}  // namespace
+
+void check_csr_outputs(const plan& p, const csr_outputs& out) {
+  const draft_config& c = p.config;
+  const std::int64_t rows = p.max_rows();
+  const std::int64_t widest = rows * (static_cast<std::int64_t>(c.max_context_len) + c.num_steps);
+  detail::not_null("kv_indptr", out.kv_indptr);
+  detail::not_null("kv_indices", out.kv_indices);
+  detail::at_least("kv_indptr_stride", out.kv_indptr_stride, rows + 1);
+  detail::at_least("kv_indices_stride", out.kv_indices_stride, widest);
+  const std::int64_t indptr_needed = (c.num_steps - 1) * out.kv_indptr_stride + rows + 1;
+  SPECGRAPH_EXPECTS(out.kv_indptr_size >= indptr_needed, "kv_indptr",
+                    std::to_string(out.kv_indptr_size) + " elements, below the " +
+                        std::to_string(indptr_needed) + " needed (num_steps rows of max_rows + 1)");
+  const std::int64_t indices_needed = (c.num_steps - 1) * out.kv_indices_stride + widest;
+  SPECGRAPH_EXPECTS(out.kv_indices_size >= indices_needed, "kv_indices",
+                    std::to_string(out.kv_indices_size) + " elements, below the " +
+                        std::to_string(indices_needed) +
+                        " needed (step s holds max_rows * (max_context_len + s + 1))");
+}
+
+void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+                      const engine_tables& tables) {
+  launch_into_arena(ex, b, csr_params(b, bucket, step, 1, tables));
+}
+
+void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+                      const engine_tables& tables, const csr_outputs& out) {
+  kv_indices_params k = csr_params(b, bucket, step, 1, tables);
+  check_csr_outputs(b.plan(), out);
+  k.kv_indptr = out.kv_indptr + step * out.kv_indptr_stride;
+  k.kv_indptr_stride = out.kv_indptr_stride;
+  if (out.kv_indices_type == index_type::int64) {
+    k.kv_indices_i64 = static_cast<std::int64_t*>(out.kv_indices) + step * out.kv_indices_stride;
+  } else {
+    k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices) + step * out.kv_indices_stride;
+  }
+  launch_draft_kv_indices(ex, k);
+}
+
+void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                       const engine_tables& tables) {
+  // The arena's steps are separate, aligned buffers: one launch per step.
+  for (std::int32_t s = 0; s < b.plan().config.num_steps; ++s) {
+    csr_step_indices(ex, b, bucket, s, tables);
+  }
+}
+
+void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                       const engine_tables& tables, const csr_outputs& out) {
+  kv_indices_params k = csr_params(b, bucket, 0, b.plan().config.num_steps, tables);
+  check_csr_outputs(b.plan(), out);
+  k.kv_indptr = out.kv_indptr;
+  k.kv_indptr_stride = out.kv_indptr_stride;
+  k.kv_indices_stride = out.kv_indices_stride;
+  if (out.kv_indices_type == index_type::int64) {
+    k.kv_indices_i64 = static_cast<std::int64_t*>(out.kv_indices);
+  } else {
+    k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices);
+  }
+  launch_draft_kv_indices(ex, k);
+}
+
+}  // namespace specgraph

@@ -1,0 +1,222 @@
+// Per-cell code of the CSR draft-decode KV indices (docs/csr.md). Host+device.
+//
+// Three passes, each a row kernel, after the launcher zeroed the refused flags:
+//   check: one thread per (row q, entry i) of the widest step; validates the request's scalars
+//          (cell (r * topk, 0) records them) and the slot of entry i (prefix entries by branch 0
+//          only), flags a bad request in `refused` (every writer stores the same 1);
+//   scan:  one thread per request r: the kept-prefix sum and the count of accepted requests
+//          before r (a loop over r' < r; O(batch) per thread);
+//   fill:  one thread per (step k, row q, entry i), entries fastest so stores coalesce: entry 0
+//          writes kv_indptr[k][q + 1] (row 0 also kv_indptr[k][0]); entry i < len writes its slot
+//          through checked_store against the step's capacity. No atomics on the healthy path.
+// A refused request's rows have length 0: kv_indptr stays complete and monotone.
+//
+// Preconditions (validate(kv_indices_params); ranges in kv_indices.hpp): rows * (Lmax + d_max)
+// <= INT32_MAX, so every kv_indptr value, every flat index and every capacity fits int32;
+// positions are int64 (a branch region reaches topk * ps * nnp past seq_len).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/guard_ops.hpp"
+#include "specgraph/kv_indices.hpp"
+
+namespace specgraph::kernels {
+
+struct kv_request {
+  const std::int32_t* entries;  // its row of req_to_token
+  std::int32_t seq_len;
+  std::int32_t kept;           // Lw
+  std::int64_t branch_region;  // ps * nnp: positions between two branches' regions
+};
+
+// Lw for a seq_len already in range.
+SPECGRAPH_HD std::int32_t kv_kept(const kv_indices_params& p, std::int32_t seq_len) {
+  if (p.window == 0) return seq_len;
+  const std::int32_t limit = p.window + p.sink;  // each <= 2^28: fits int32
+  return seq_len < limit ? seq_len : limit;
+}
+
+SPECGRAPH_HD std::int32_t kv_max_step_count(const kv_indices_params& p) {
+  return p.first_step + p.step_count;  // d of the widest step, <= num_steps
+}
+
+SPECGRAPH_HD std::int64_t kv_span(const kv_indices_params& p) {
+  const std::int64_t kept_max = p.window == 0
+                                    ? p.max_seq_len
+                                    : (p.max_seq_len < static_cast<std::int64_t>(p.window) + p.sink
+                                           ? p.max_seq_len
+                                           : static_cast<std::int64_t>(p.window) + p.sink);
+  return kept_max + kv_max_step_count(p);
+}
+
+// Position of draft token j of branch t: seq_len + t * ps * nnp + j.
+SPECGRAPH_HD std::int64_t kv_draft_position(const kv_request& q, std::int32_t t, std::int32_t j) {
+  return q.seq_len + t * q.branch_region + j;
+}
+
+// Position of the i-th kept prefix entry (i < Lw).
+SPECGRAPH_HD std::int64_t kv_kept_position(const kv_indices_params& p, const kv_request& q,
+                                           std::int32_t i) {
+  if (p.window == 0 || q.seq_len == q.kept || i < p.sink) return i;
+  return static_cast<std::int64_t>(q.seq_len) - p.window + (i - p.sink);
+}
+
+// Position of entry i of a row of branch t (i < Lw + d).
+SPECGRAPH_HD std::int64_t kv_entry_position(const kv_indices_params& p, const kv_request& q,
+                                            std::int32_t t, std::int32_t i) {
+  return i < q.kept ? kv_kept_position(p, q, i) : kv_draft_position(q, t, i - q.kept);
+}
+
+// The slot at a position: entry(p / E) * E + p % E; negative entries give negative slots.
+SPECGRAPH_HD std::int64_t kv_slot(const kv_indices_params& p, const kv_request& q,
+                                  std::int64_t position) {
+  const std::int64_t e = q.entries[position / p.entry_page_size];
+  return e * p.entry_page_size + position % p.entry_page_size;
+}
+
+SPECGRAPH_HD bool kv_bad_slot(const kv_indices_params& p, std::int64_t slot) {
+  if (slot < 0 || slot >= p.slot_limit) return true;
+  return p.kv_indices_i32 != nullptr && slot > 0x7fffffff;
+}
+
+// The request's view, or false when a scalar is out of range (pool row, seq_len, row width).
+SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, kv_request* out) {
+  const std::int32_t pool_row = p.req_pool_index[r];
+  const std::int32_t seq_len = p.seq_len[r];
+  if (pool_row < 0 || pool_row >= p.pool_rows) return false;
+  if (seq_len < 0 || seq_len > p.max_seq_len) return false;
+  // nnp = ceil((seq_len % ps + num_steps) / ps); all terms < 2^21: int64 anyway.
+  const std::int64_t nnp =
+      (static_cast<std::int64_t>(seq_len % p.page_size) + p.num_steps + p.page_size - 1) /
+      p.page_size;
+  out->entries = p.req_to_token + static_cast<std::int64_t>(pool_row) * p.req_to_token_stride;
+  out->seq_len = seq_len;
+  out->kept = kv_kept(p, seq_len);
+  out->branch_region = nnp * p.page_size;
+  // The last position read: branch topk - 1, draft token d_max - 1.
+  const std::int64_t last = kv_draft_position(*out, p.topk - 1, kv_max_step_count(p) - 1);
+  return last < p.req_to_token_stride * p.entry_page_size;
+}
+
+// Records why kv_request_of refused request r (guard row: the request's first query row).
+SPECGRAPH_HD void kv_record_request(const kv_indices_params& p, std::int32_t r, kernel_id id) {
+  const std::int32_t pool_row = p.req_pool_index[r];
+  const std::int32_t seq_len = p.seq_len[r];
+  const std::int32_t row = r * p.topk;
+  if (pool_row < 0 || pool_row >= p.pool_rows) {
+    guard_record(p.guard, violation_kind::bad_input, id, row, -1, p.pool_rows, pool_row);
+  } else if (seq_len < 0 || seq_len > p.max_seq_len) {
+    guard_record(p.guard, violation_kind::bad_input, id, row, -1, p.max_seq_len, seq_len);
+  } else {  // the row is too narrow for the branch regions: value = the seq_len that needs more
+    const std::int64_t width = p.req_to_token_stride * p.entry_page_size;
+    guard_record(p.guard, violation_kind::bad_input, id, row, -1,
+                 width > 0x7fffffff ? 0x7fffffff : static_cast<std::int32_t>(width), seq_len);
+  }
+}
+
+struct kv_check_kernel {
+  using params = kv_indices_params;
+  static constexpr const char* name = "draft_kv_indices_check";
+  static constexpr kernel_id id = kernel_id::draft_kv_indices;
+
+  SPECGRAPH_HD static std::int64_t rows(const params& p) {
+    return static_cast<std::int64_t>(p.batch) * p.topk * kv_span(p);
+  }
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t cell) {
+    const std::int64_t span = kv_span(p);
+    const auto q = static_cast<std::int32_t>(cell / span);  // < 2^24
+    const auto i = static_cast<std::int32_t>(cell % span);  // span <= INT32_MAX
+    const std::int32_t r = q / p.topk;
+    const std::int32_t t = q % p.topk;
+    kv_request v{};
+    if (!kv_request_of(p, r, &v)) {
+      if (t == 0 && i == 0) {
+        kv_record_request(p, r, id);
+        p.scratch[r] = 1;
+      }
+      return;
+    }
+    if (i >= v.kept + kv_max_step_count(p)) return;
+    if (i < v.kept && t != 0) return;  // prefix entries are the same for every branch
+    const std::int64_t slot = kv_slot(p, v, kv_entry_position(p, v, t, i));
+    if (kv_bad_slot(p, slot)) {
+      guard_record(p.guard, violation_kind::bad_input, id, q, i, -1, slot);
+      p.scratch[r] = 1;
+    }
+  }
+};
+
+struct kv_scan_kernel {
+  using params = kv_indices_params;
+  static constexpr const char* name = "draft_kv_indices_scan";
+
+  static std::int64_t rows(const params& p) { return p.batch; }
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
+    const auto r = static_cast<std::int32_t>(row);
+    std::int32_t kept_before = 0, accepted_before = 0;  // <= rows * Lmax <= INT32_MAX
+    for (std::int32_t other = 0; other < r; ++other) {
+      if (p.scratch[other] != 0) continue;
+      kept_before += kv_kept(p, p.seq_len[other]);  // accepted: seq_len in range
+      ++accepted_before;
+    }
+    p.scratch[p.batch + r] = kept_before;
+    p.scratch[2 * p.batch + r] = accepted_before;
+  }
+};
+
+struct kv_fill_kernel {
+  using params = kv_indices_params;
+  static constexpr const char* name = "draft_kv_indices_fill";
+  static constexpr kernel_id id = kernel_id::draft_kv_indices;
+
+  static std::int64_t rows(const params& p) {
+    return static_cast<std::int64_t>(p.step_count) * kv_check_kernel::rows(p);
+  }
+
+  template <class T>
+  SPECGRAPH_HD static T* step_indices(const params& p, T* base, std::int32_t k) {
+    if (p.kv_indices_stride > 0) return base + k * p.kv_indices_stride;
+    // Packed: the capacities of steps 0 .. k - 1, k * capacity + growth * k (k - 1) / 2.
+    const std::int64_t kk = k;
+    return base + kk * p.capacity + p.capacity_growth * (kk * (kk - 1) / 2);
+  }
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t cell) {
+    const std::int64_t per_step = kv_check_kernel::rows(p);
+    const auto k = static_cast<std::int32_t>(cell / per_step);
+    const std::int64_t rest = cell % per_step;
+    const std::int64_t span = kv_span(p);
+    const auto q = static_cast<std::int32_t>(rest / span);
+    const auto i = static_cast<std::int32_t>(rest % span);
+    const std::int32_t r = q / p.topk;
+    const std::int32_t t = q % p.topk;
+    const std::int32_t d = p.first_step + k + 1;
+    const bool accepted = p.scratch[r] == 0;
+    kv_request v{};
+    if (accepted) kv_request_of(p, r, &v);  // true: the check pass accepted the request
+    const std::int32_t len = accepted ? v.kept + d : 0;
+    // topk * (sum of Lw before r + accepted requests before r * d) + t * len: <= INT32_MAX.
+    const std::int32_t start =
+        p.topk * (p.scratch[p.batch + r] + p.scratch[2 * p.batch + r] * d) + t * len;
+    const std::int32_t rows_plus_one = p.batch * p.topk + 1;
+    std::int32_t* indptr = p.kv_indptr + k * p.kv_indptr_stride;
+    guard_word* g = p.guard + k;
+    if (i == 0) {
+      if (q == 0) checked_store(indptr, 0, rows_plus_one, 0, g, id, q);
+      checked_store(indptr, q + 1, rows_plus_one, start + len, g, id, q);
+    }
+    if (i >= len) return;
+    const std::int64_t slot = kv_slot(p, v, kv_entry_position(p, v, t, i));
+    const std::int32_t capacity = p.capacity + k * p.capacity_growth;  // validated <= INT32_MAX
+    if (p.kv_indices_i32 != nullptr) {
+      checked_store(step_indices(p, p.kv_indices_i32, k), start + i, capacity, slot, g, id, q);
+    } else {
+      checked_store(step_indices(p, p.kv_indices_i64, k), start + i, capacity, slot, g, id, q);
+    }
+  }
+};
+
+}  // namespace specgraph::kernels
