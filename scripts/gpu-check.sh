@@ -19,7 +19,7 @@
 #
 # What lands in results-dir (at most 8 files; the device tool returns no more):
 #   summary.txt   the table printed last, then one `answer ID: ...` line per question the run must
-#                 answer (scripts/gpu-check/answers.py; README, "Running the GPU check")
+#                 answer (scripts/gpu-check/answers.py; docs/gpu-check.md)
 #   summary.json  every step: name, status (ok|failed|timeout|skipped|refused), seconds, budget,
 #                 note, counts (tests passed/failed/skipped, errors, timings, ...); the answers
 #   logs.tar.gz   every step's log, the JUnit files (ctest, smoke, pytest), the run-compare JSON,
@@ -74,7 +74,7 @@ SMOKE_CPP=("device_steps_test:Executors/DeviceSteps.*/cuda" "round_limits_test:E
            "executor_test:*TimeDevice*cuda*")
 # ... and its torch part: the DraftGraphs device-counter and device-depth tests on the GPU.
 SMOKE_PYTEST=(python/tests/test_torch_cuda.py -k "device_counter or device_decide_the_depth")
-# The benchmarks that answer the run's questions (README, "Running the GPU check"), one program
+# The benchmarks that answer the run's questions (docs/gpu-check.md), one program
 # run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex.
 BENCH_RUNS=(
   "expand|bench_metadata|^expand/(fused|multipass)/cuda/bucket:(1|64|256)/topk:8/page_size:16/step:(0|4)/"

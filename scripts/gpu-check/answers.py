@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """answers.py WORK_DIR: the answers of a scripts/gpu-check.sh run to the questions it must answer
-(README, "Running the GPU check"), from the steps' statuses, notes, counts and the JSON they left
+(docs/gpu-check.md), from the steps' statuses, notes, counts and the JSON they left
 in WORK_DIR (status/, notes/, counts/, logs/). Writes WORK_DIR/answers.json (a list of {id,
 question, answered, text}) and WORK_DIR/answers.txt ("answer ID: TEXT" lines). An answer that
 cannot be given says why: the step's status and note, or what is missing."""

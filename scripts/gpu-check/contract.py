@@ -39,7 +39,7 @@ GPU_STEPS = {"smoke", "tests", "run-compare", "memcheck", "initcheck", "python",
              "benchmarks", "peer-torch"}
 STATUSES = {"ok", "failed", "timeout", "skipped", "refused"}
 MAX_FILES, MAX_DEPTH, MAX_BYTES, LIMIT_SECONDS, SMOKE_LIMIT = 8, 2, 16 << 20, 480, 30
-# What the run must answer (README, "Running the GPU check"): the summary's answers, by id.
+# What the run must answer (docs/gpu-check.md): the summary's answers, by id.
 QUESTIONS = ["capture", "step_time", "expand", "main_job", "sanitizers", "while_round"]
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 

@@ -118,7 +118,7 @@ write_summaries() {  # from STATUS etc.; steps not run yet read 'skipped' with a
     local c
     c=$(grep -h -E '^(passed|failed|skipped)=' "$SG_WORK/counts/tests" 2>/dev/null | paste -sd' ' -)
     [ -n "$c" ] && echo "tests: $c"
-    echo "what the run answers (README, 'Running the GPU check'):"
+    echo "what the run answers (docs/gpu-check.md):"
     cat "$SG_WORK/answers.txt"
     [ "$final" = 1 ] || echo "(incomplete: written while the run was still going)"
     echo "results: $results (summary.txt, summary.json, logs.tar.gz)"
