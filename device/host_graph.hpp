@@ -115,11 +115,22 @@ class host_graph_exec final : public graph_exec {
   std::shared_ptr<const std::vector<host_node>> nodes_;
 };
 
+// Whether `b` can update an instantiation of `a`: cudaGraphExecUpdate's rule (CUDA 13,
+// cuda_runtime_api.h) as it applies to what the host executor records. Nodes pair up in capture
+// order; the count, each node's type and, recursively, the topology of child graphs (as
+// cudaGraphExecChildGraphNodeSetParams requires) and of WHILE bodies must match. A kernel node's
+// function MAY change (CUDA refuses that only across contexts, to or from CDP, device-side graph
+// calls or cooperative launches, none of which a host kernel can be), as may its rows, params,
+// copy and fill addresses, sizes and values, and a WHILE node's initial condition.
 inline bool same_topology(const std::vector<host_node>& a, const std::vector<host_node>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].type != b[i].type || a[i].run != b[i].run) return false;
+    if (a[i].type != b[i].type) return false;
     if (a[i].type == host_node::kind::loop && !same_topology(*a[i].body, *b[i].body)) return false;
+    if (a[i].type == host_node::kind::graph &&
+        !same_topology(*a[i].graph_nodes, *b[i].graph_nodes)) {
+      return false;
+    }
   }
   return true;
 }

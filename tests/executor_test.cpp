@@ -1,6 +1,7 @@
 // The executor seam: the host emulation is honest about what stream capture forbids, and both
 // executors record launches (with their params at record time) and replay them in order.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +104,87 @@ TEST(HostExecutor, UpdateRefusesADifferentTopology) {
   std::int64_t v = 0;
   ex->copy_to_host(&v, buf.data(), 8);
   EXPECT_EQ(v, 2);
+}
+
+// out[row] = out[row] * 100 + digit: a second kernel function of the same shape.
+struct append_two_digits_kernel {
+  struct params {
+    std::int64_t* out;
+    std::int64_t digit;
+  };
+  static constexpr const char* name = "append_two_digits";
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
+    p.out[row] = p.out[row] * 100 + p.digit;
+  }
+};
+
+// Both sides of cudaGraphExecUpdate's rule (executor.hpp, update), which the host executor
+// follows: a kernel node's function may change (CUDA 13 allows it within one context, without
+// CDP, device-side graph calls or cooperative launches), so the update succeeds and the next
+// launch runs the new function; a node's type, a child graph's topology or a WHILE body's may
+// not, and the refused update leaves the instantiation as it was.
+TEST(HostExecutor, UpdateMayChangeAKernelsFunctionButNotANodesTypeOrAChildsTopology) {
+  auto ex = make_host_executor();
+  device_buffer buf(*ex, 8);
+  std::int64_t* out = buf.as<std::int64_t>();
+  append_digit_kernel::params one_digit{};
+  append_two_digits_kernel::params two_digits{out, 7};
+  const kernel_launch other_function =
+      make_kernel_launch<append_two_digits_kernel>(two_digits, 1, nullptr);
+  const auto capture = [&](const std::function<void()>& record) {
+    ex->begin_capture();
+    record();
+    return ex->end_capture();
+  };
+  const auto run = [&](graph_exec& exec) {
+    ex->fill_bytes(out, 0, 8);
+    ex->launch_graph(exec);
+    std::int64_t v = -1;
+    ex->copy_to_host(&v, out, 8);
+    return v;
+  };
+  const auto kernel_a = capture([&] { ex->launch(append_digit(out, 3, 1, one_digit)); });
+  const auto kernel_b = capture([&] { ex->launch(other_function); });
+  const auto fill = capture([&] { ex->fill_bytes(out, 1, 8); });
+
+  auto exec = ex->instantiate(*kernel_a);
+  EXPECT_EQ(run(*exec), 3);
+  EXPECT_TRUE(ex->update(*exec, *kernel_b)) << "a kernel node's function may change";
+  EXPECT_EQ(run(*exec), 7) << "the next launch runs the new function";
+  EXPECT_TRUE(ex->update(*exec, *kernel_a));
+  EXPECT_EQ(run(*exec), 3);
+  EXPECT_FALSE(ex->update(*exec, *fill)) << "a node's type may not change";
+  EXPECT_EQ(run(*exec), 3) << "a refused update leaves the instantiation unchanged";
+
+  // Child graph nodes (record_graph): the function inside may change, the child's topology not.
+  const auto two_nodes = capture([&] {
+    ex->launch(append_digit(out, 3, 1, one_digit));
+    ex->launch(other_function);
+  });
+  const auto child_a = capture([&] { ex->record_graph(*kernel_a); });
+  const auto child_b = capture([&] { ex->record_graph(*kernel_b); });
+  const auto child_two = capture([&] { ex->record_graph(*two_nodes); });
+  auto child_exec = ex->instantiate(*child_a);
+  EXPECT_TRUE(ex->update(*child_exec, *child_b));
+  EXPECT_EQ(run(*child_exec), 7);
+  EXPECT_FALSE(ex->update(*child_exec, *child_two)) << "a child graph's topology may not change";
+  EXPECT_EQ(run(*child_exec), 7);
+
+  // WHILE bodies (initial condition 0: the body never runs, the node's type is what counts).
+  const auto loop_of = [&](const std::function<void()>& body) {
+    return capture([&] {
+      (void)ex->begin_while(false);
+      body();
+      ex->end_while();
+    });
+  };
+  const auto loop_a = loop_of([&] { ex->launch(append_digit(out, 3, 1, one_digit)); });
+  const auto loop_b = loop_of([&] { ex->launch(other_function); });
+  const auto loop_fill = loop_of([&] { ex->fill_bytes(out, 1, 8); });
+  auto loop_exec = ex->instantiate(*loop_a);
+  EXPECT_TRUE(ex->update(*loop_exec, *loop_b));
+  EXPECT_FALSE(ex->update(*loop_exec, *loop_fill)) << "a WHILE body's node types may not change";
+  EXPECT_FALSE(ex->update(*loop_exec, *kernel_a)) << "a WHILE node is not a kernel node";
 }
 
 TEST(HostExecutor, RejectsNegativeRowCounts) {

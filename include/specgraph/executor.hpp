@@ -191,7 +191,11 @@ class executor {
   [[nodiscard]] virtual std::unique_ptr<graph_exec> instantiate(const graph& g) = 0;
   // Updates `exec` in place to run `g` (cudaGraphExecUpdate). Returns false when the topology
   // differs and the caller must instantiate instead; `exec` is then unchanged and no CUDA error
-  // is left behind.
+  // is left behind. The rule (CUDA 13's, which the host executor follows): nodes pair up in
+  // capture order; the node count, each node's type and the topology of child graphs and WHILE
+  // bodies must match. A kernel node's function, launch size and arguments may change (CUDA
+  // refuses a function change only across contexts, to CDP, device-side graph calls or a
+  // cooperative launch; specgraph launches none of those). Only later launches see the update.
   [[nodiscard]] virtual bool update(graph_exec& exec, const graph& g) = 0;
   // Uploads an instantiated graph's resources to the device ahead of its first launch
   // (cudaGraphUpload; instantiate() already uploads once). Stream-ordered; not during capture.

@@ -65,6 +65,9 @@ def read_guards(bufs: Buffers, arena: Tensor) -> List[List[int]]:
 def check_guards(bufs: Buffers, arena: Tensor, bucket: int) -> None:
     """Synchronises; raises GuardViolation."""
 def staged_bucket(bufs: Buffers) -> int: ...
+def step_view_layout(bufs: Buffers, bucket: int, step: int) -> Any:
+    """Map: the C++ step_view of (bucket, step), its scalars and each pointer as a byte offset
+    into the arena (-1: null). Host work only; for checking StepView against it."""
 
 # ---- device-decided depth (round_graph.cpp) ---------------------------------------------------
 def round_graph(bufs: Buffers, arena: Tensor, bucket: int, cuda_graph: int) -> RoundGraph:

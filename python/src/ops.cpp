@@ -253,6 +253,40 @@ std::int64_t staged_bucket(buffers_ref b) {
   return b->staged_bucket;
 }
 
+// The C++ step_view of (bucket, step) (draft_buffers::view): its scalars, and each pointer as a
+// byte offset into the arena (-1 when null), for checking the Python StepView against it.
+// Pure host work: nothing is read or written.
+ffi_map step_view_layout(buffers_ref b, std::int64_t bucket, std::int64_t step) {
+  const step_view v = b->buffers.view(int32_arg("bucket", bucket), int32_arg("step", step));
+  const unsigned char* base = b->buffers.base();
+  const auto offset = [&](const void* p) -> std::int64_t {
+    return p == nullptr ? -1 : static_cast<const unsigned char*>(p) - base;
+  };
+  return ffi_map{{"bucket", static_cast<std::int64_t>(v.bucket)},
+                 {"step", static_cast<std::int64_t>(v.step)},
+                 {"decode_length", static_cast<std::int64_t>(v.decode_length)},
+                 {"topk", static_cast<std::int64_t>(v.topk)},
+                 {"page_size", static_cast<std::int64_t>(v.page_size)},
+                 {"rows", static_cast<std::int64_t>(v.rows)},
+                 {"req_pool_index", offset(v.req_pool_index)},
+                 {"seq_len", offset(v.seq_len)},
+                 {"out_cache_loc", offset(v.out_cache_loc)},
+                 {"cache_loc_stride", v.cache_loc_stride},
+                 {"real_batch", offset(v.real_batch)},
+                 {"last_page_len", offset(v.last_page_len)},
+                 {"prefix_seqlen", offset(v.prefix_seqlen)},
+                 {"prefix_page_table", offset(v.prefix_page_table)},
+                 {"prefix_stride", v.prefix_stride},
+                 {"prefix_capacity", static_cast<std::int64_t>(v.prefix_capacity)},
+                 {"cu_seqlens_q", offset(v.cu_seqlens_q)},
+                 {"expand_page_table", offset(v.expand_page_table)},
+                 {"expand_capacity", static_cast<std::int64_t>(v.expand_capacity)},
+                 {"expand_stride", static_cast<std::int64_t>(v.expand_stride)},
+                 {"expand_cache_seqlen", offset(v.expand_cache_seqlen)},
+                 {"device_step", offset(v.device_step)},
+                 {"confidence", offset(v.confidence)}};
+}
+
 }  // namespace
 
 TVM_FFI_STATIC_INIT_BLOCK() {
@@ -270,7 +304,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("specgraph.count_violations", checked<&count_violations_op>::call)
       .def("specgraph.read_guards", checked<&read_guards_op>::call)
       .def("specgraph.check_guards", checked<&check_guards>::call)
-      .def("specgraph.staged_bucket", staged_bucket);
+      .def("specgraph.staged_bucket", staged_bucket)
+      .def("specgraph.step_view_layout", checked<&step_view_layout>::call);
 }
 
 }  // namespace specgraph::python

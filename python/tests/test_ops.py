@@ -196,6 +196,17 @@ def test_bad_inputs_raise_naming_the_field_with_nothing_written():
     snapshot_raises(arena, "req_to_token", lambda: specgraph.round_setup_(bufs, 3, r2t[:, :10]))
     snapshot_raises(arena, "req_to_token",
                     lambda: specgraph.round_setup_(bufs, 3, r2t.astype(np.int64)))
+    # Engines allocate req_to_token wider than max_context_len; the kernels read rows at stride
+    # max_context_len, so pool rows >= 1 would read the wrong tokens: refused, never misread.
+    for extra in (1, 64):
+        wider = np.zeros((cfg.pool_rows, cfg.max_context_len + extra), np.int32)
+        wider[:, : cfg.max_context_len] = r2t
+        e = snapshot_raises(arena, "req_to_token",
+                            lambda: specgraph.round_setup_(bufs, 3, wider))
+        assert f"max_context_len {cfg.max_context_len}" in str(e)
+        taller = np.concatenate([wider, wider])  # more pool rows are fine, more columns not
+        snapshot_raises(arena, "req_to_token", lambda: specgraph.round_setup_(bufs, 3, taller))
+    specgraph.round_setup_(bufs, 3, np.concatenate([r2t, r2t]))  # taller alone: accepted
     snapshot_raises(arena, "step", lambda: specgraph.step_metadata_(bufs, 3, 5))
     snapshot_raises(arena, "bucket", lambda: specgraph.step_metadata_(bufs, 0, 1))
     snapshot_raises(arena, "out", lambda: specgraph.count_violations_(bufs, np.zeros(1, np.int64)))
