@@ -4,8 +4,10 @@
 //   check: one thread per (row q, entry i) of the widest step; validates the request's scalars
 //          (cell (r * topk, 0) records them) and the slot of entry i (prefix entries by branch 0
 //          only), flags a bad request in `refused` (every writer stores the same 1);
-//   scan:  one thread per request r: the kept-prefix sum and the count of accepted requests
-//          before r (a loop over r' < r; O(batch) per thread);
+//   scan:  one thread for the whole batch: for every request r the kept-prefix sum and the
+//          count of accepted requests before r, a running sum (O(batch) work in all; a thread
+//          per request looping over r' < r had the same latency and O(batch^2) work, seconds at
+//          limits::max_batch);
 //   fill:  one thread per (step k, row q, entry i), entries fastest so stores coalesce: entry 0
 //          writes kv_indptr[k][q + 1] (row 0 also kv_indptr[k][0]); entry i < len writes its slot
 //          through checked_store against the step's capacity. No atomics on the healthy path.
@@ -152,18 +154,19 @@ struct kv_scan_kernel {
   using params = kv_indices_params;
   static constexpr const char* name = "draft_kv_indices_scan";
 
-  static std::int64_t rows(const params& p) { return p.batch; }
+  static std::int64_t rows(const params& p) { return p.batch > 0 ? 1 : 0; }
 
-  SPECGRAPH_HD static void run_row(const params& p, std::int64_t row) {
-    const auto r = static_cast<std::int32_t>(row);
-    std::int32_t kept_before = 0, accepted_before = 0;  // <= rows * Lmax <= INT32_MAX
-    for (std::int32_t other = 0; other < r; ++other) {
-      if (p.scratch[other] != 0) continue;
-      kept_before += kv_kept(p, p.seq_len[other]);  // accepted: seq_len in range
-      ++accepted_before;
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
+    // int64 running sums: the stored ones (before r) are <= rows * Lmax <= INT32_MAX, the sum
+    // after the last request need not be.
+    std::int64_t kept = 0, accepted = 0;
+    for (std::int32_t r = 0; r < p.batch; ++r) {
+      p.scratch[p.batch + r] = static_cast<std::int32_t>(kept);
+      p.scratch[2 * p.batch + r] = static_cast<std::int32_t>(accepted);
+      if (p.scratch[r] != 0) continue;
+      kept += kv_kept(p, p.seq_len[r]);  // accepted: seq_len in range
+      ++accepted;
     }
-    p.scratch[p.batch + r] = kept_before;
-    p.scratch[2 * p.batch + r] = accepted_before;
   }
 };
 

@@ -85,6 +85,7 @@ inline kv_expected kv_reference(const kv_case& c) {
     if (!ok) out.records[0].push_back({violation_kind::bad_input, r * c.topk, -1, value});
     // Every position the launch reads, per branch; a bad slot refuses the whole request.
     std::vector<std::vector<std::int64_t>> branch_ids(c.topk);
+    bool refused = !ok;  // this request's own records only (a scan of all of them is O(batch^2))
     for (std::int32_t t = 0; ok && t < c.topk; ++t) {
       std::vector<std::int64_t> positions = kept;
       for (std::int32_t j = 0; j < d_max; ++j) positions.push_back(seq + t * region + j);
@@ -96,14 +97,11 @@ inline kv_expected kv_reference(const kv_case& c) {
         const bool bad = id < 0 || id >= c.slot_limit || (!c.int64_indices && id > INT32_MAX);
         const bool checked_here = t == 0 || i >= kept.size();
         if (bad && checked_here) {
+          refused = true;
           out.records[0].push_back(
               {violation_kind::bad_input, r * c.topk + t, static_cast<std::int32_t>(i), id});
         }
       }
-    }
-    bool refused = !ok;
-    for (const kv_record& rec : out.records[0]) {
-      if (rec.kind == violation_kind::bad_input && rec.row / c.topk == r) refused = true;
     }
     for (std::int32_t k = 0; k < c.step_count; ++k) {
       const std::size_t len = refused ? 0 : kept.size() + c.first_step + k + 1;
