@@ -45,6 +45,7 @@ def sync_sources(src):
             if not os.path.exists(target) or open(target, "rb").read() != data:
                 with open(target, "wb") as b:
                     b.write(data)
+            shutil.copymode(source, target)  # scripts the tests run stay executable
 
 
 def failed_tests(output):
