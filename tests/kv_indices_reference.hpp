@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "specgraph/guard.hpp"
+#include "specgraph/kv_indices.hpp"
 
 namespace specgraph::testing {
 
@@ -25,7 +26,9 @@ struct kv_case {
   std::int64_t indices_stride = 0, indptr_stride = 0;
   std::int32_t batch() const { return static_cast<std::int32_t>(seq_len.size()); }
   std::int32_t rows() const { return batch() * topk; }
-  std::int32_t step_capacity(std::int32_t k) const { return capacity + k * capacity_growth; }
+  std::int64_t step_capacity(std::int32_t k) const {  // int64: capacity and growth are fuzzed
+    return capacity + std::int64_t{k} * capacity_growth;
+  }
   std::int64_t step_offset(std::int32_t k) const {
     std::int64_t offset = 0;
     for (std::int32_t j = 0; j < k; ++j)
@@ -34,6 +37,30 @@ struct kv_case {
   }
   std::int64_t indices_size() const { return step_offset(step_count) + 3; }  // + 3 canary cells
 };
+
+// The launch parameters of a case (pointers left for the caller); `batch` given apart, since a
+// fuzzed case decides its batch before its inputs exist.
+inline kv_indices_params kv_params_of(const kv_case& c, std::int32_t batch) {
+  kv_indices_params p;
+  p.req_to_token_stride = c.width;
+  p.pool_rows = c.pool_rows;
+  p.entry_page_size = c.entry_page_size;
+  p.batch = batch;
+  p.topk = c.topk;
+  p.num_steps = c.num_steps;
+  p.page_size = c.page_size;
+  p.window = c.window;
+  p.sink = c.sink;
+  p.max_seq_len = c.max_seq_len;
+  p.first_step = c.first_step;
+  p.step_count = c.step_count;
+  p.kv_indptr_stride = c.indptr_stride;
+  p.capacity = c.capacity;
+  p.capacity_growth = c.capacity_growth;
+  p.kv_indices_stride = c.indices_stride;
+  p.slot_limit = c.slot_limit;
+  return p;
+}
 
 struct kv_record {
   violation_kind kind;

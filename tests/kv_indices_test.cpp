@@ -91,7 +91,7 @@ kv_case random_case(std::mt19937_64& rng, bool allow_bad, bool small, int region
           static_cast<std::int32_t>(kv_indices_step_capacity(rows, kept_max, c.first_step));
       c.capacity_growth = rows;
   }
-  const std::int32_t last = c.step_capacity(c.step_count - 1);
+  const std::int64_t last = c.step_capacity(c.step_count - 1);
   c.indices_stride = rng() % 2 == 0 ? 0 : last + pick(0, 2);
   c.indptr_stride = rows + 1 + pick(0, 1);
   if (allow_bad && rng() % 4 == 0) {
@@ -108,7 +108,7 @@ kv_case random_case(std::mt19937_64& rng, bool allow_bad, bool small, int region
 
 // The guard word the records imply: all counted, the lowest (row, column) kept.
 inline void kv_expect_guard(const guard_word& g, const std::vector<kv_record>& records,
-                            std::int32_t capacity, std::int32_t k) {
+                            std::int64_t capacity, std::int32_t k) {
   ASSERT_EQ(g.violations, static_cast<std::int32_t>(records.size()))
       << "guard of launch step " << k;
   if (records.empty()) {
@@ -130,25 +130,7 @@ inline void kv_expect_guard(const guard_word& g, const std::vector<kv_record>& r
 }
 
 kv_indices_params params_of(const kv_case& c) {
-  kv_indices_params p;
-  p.req_to_token_stride = c.width;
-  p.pool_rows = c.pool_rows;
-  p.entry_page_size = c.entry_page_size;
-  p.batch = c.batch();
-  p.topk = c.topk;
-  p.num_steps = c.num_steps;
-  p.page_size = c.page_size;
-  p.window = c.window;
-  p.sink = c.sink;
-  p.max_seq_len = c.max_seq_len;
-  p.first_step = c.first_step;
-  p.step_count = c.step_count;
-  p.kv_indptr_stride = c.indptr_stride;
-  p.capacity = c.capacity;
-  p.capacity_growth = c.capacity_growth;
-  p.kv_indices_stride = c.indices_stride;
-  p.slot_limit = c.slot_limit;
-  return p;
+  return kv_params_of(c, c.batch());
 }
 
 struct kv_outputs {

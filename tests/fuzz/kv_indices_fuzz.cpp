@@ -86,24 +86,7 @@ void run(reader& in) {
                      n_rtt <= kh::max_cells && n_cells <= kh::max_cells &&
                      n_indptr <= kh::max_cells && n_indices <= kh::max_cells && c.step_count >= 1 &&
                      c.step_count <= (1 << 12);
-  kv_indices_params p;
-  p.req_to_token_stride = c.width;
-  p.pool_rows = c.pool_rows;
-  p.entry_page_size = c.entry_page_size;
-  p.batch = batch;
-  p.topk = c.topk;
-  p.num_steps = c.num_steps;
-  p.page_size = c.page_size;
-  p.window = c.window;
-  p.sink = c.sink;
-  p.max_seq_len = c.max_seq_len;
-  p.first_step = c.first_step;
-  p.step_count = c.step_count;
-  p.kv_indptr_stride = c.indptr_stride;
-  p.capacity = c.capacity;
-  p.capacity_growth = c.capacity_growth;
-  p.kv_indices_stride = c.indices_stride;
-  p.slot_limit = c.slot_limit;
+  kv_indices_params p = kv_params_of(c, batch);
   if (!sized) {
     static std::int32_t dummy[1];
     static std::int64_t dummy64[1];
