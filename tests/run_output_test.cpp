@@ -188,6 +188,12 @@ TEST(RunOutput, TheFormatIsStatedAndEachPathReported) {
   EXPECT_NE(both.out.find("(relative "), std::string::npos) << both.out;
   EXPECT_NE(both.out.find("): AGREE\n"), std::string::npos) << both.out;
   EXPECT_EQ(both.doc.members.at("verification").members.at("paths").members.size(), 2u);
+  // --verify none: nothing compared, so no comparison claimed.
+  const run_result unchecked = run({"--steps", "3", "--format", "both"});
+  ASSERT_EQ(unchecked.code, 0) << unchecked.err;
+  EXPECT_NE(unchecked.out.find("\nverification: off (--verify none)\n"), std::string::npos);
+  EXPECT_EQ(unchecked.out.find("fa3 vs csr"), std::string::npos) << unchecked.out;
+  EXPECT_EQ(unchecked.doc.members.count("agreement"), 0u);
 }
 
 TEST(RunOutput, TheFormatFlagNamesTheValueAndTheChoices) {

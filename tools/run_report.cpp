@@ -165,7 +165,7 @@ void write_run_json(std::ostream& j, const sim::sim_options& o, const plan& pl,
       << "\"csr\":{\"max_relative_error\":" << r.max_relative_error_csr << "}";
   }
   j << "},\"passed\":true}";
-  if (o.format == metadata_formats::both) {
+  if (o.format == metadata_formats::both && o.verify != sim::sim_options::verify_mode::none) {
     j << ",\"agreement\":{\"rounds\":" << r.agreement_rounds
       << ",\"outputs\":" << r.agreement_outputs
       << ",\"max_abs_difference\":" << r.max_abs_difference
