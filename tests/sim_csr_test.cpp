@@ -160,6 +160,14 @@ TEST_P(SimCsr, TheTwoPathsAreComparedOnRoundsNotVerified) {
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(SimCsr);
 
+// With the csr path too, every byte the simulated engine allocates (the csr output, the wider
+// req_to_token rows) is defined before the first round (verification copies whole steps back).
+TEST(SimCsrMemory, EveryAllocationIsWrittenBeforeTheFirstRound) {
+  write_tracking_executor ex(make_host_executor());
+  sim::sim_engine engine(ex, options_for(cases[1], 3));
+  EXPECT_EQ(ex.unwritten(), std::vector<std::string>{});
+}
+
 // ---- the kernel on its own: hand-made CSR steps, a dense reference computed here -----------
 TEST(SimKernels, CsrAttentionMatchesDenseReference) {
   std::mt19937_64 rng(test_seed());
