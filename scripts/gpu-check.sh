@@ -85,9 +85,10 @@ BENCH_RUNS=(
 )
 BENCH_MIN_TIME=0.005
 PEER_TORCH_BUCKETS=1,64,256
-# The run-compare configuration: small, seeded, every round verified against float64.
+# The run-compare configuration: small, seeded, every round verified against float64, both
+# attention paths (FA3 tables and CSR indices), each verified and compared with the other.
 RUN_CONFIG=(--max-batch 8 --topk 4 --steps 5 --page-size 16 --heads 4 --head-dim 64
-  --max-context 256 --rounds 40 --seed 20261130 --verify all)
+  --max-context 256 --rounds 40 --seed 20261130 --verify all --format both)
 
 EX_SKIP=77     # a step's exit status for 'skipped'
 EX_REFUSED=78  # ... and for 'refused' (the machine refused a tool: e.g. compute-sanitizer)

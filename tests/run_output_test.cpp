@@ -36,15 +36,16 @@ struct run_result {
   json doc;
 };
 
-run_result run(std::vector<std::string> args) {
+// A small host run: these defaults, then `extra` (a later flag overrides), then --json.
+run_result run(const std::vector<std::string>& extra) {
   const std::string path =
       ::testing::TempDir() + "specgraph_run_output_" + std::to_string(::getpid()) + ".json";
   std::remove(path.c_str());
-  for (const char* a :
-       {"--executor", "host", "--max-batch", "4", "--topk", "2", "--page-size", "4", "--heads", "1",
-        "--head-dim", "8", "--max-context", "24", "--rounds", "6", "--verify", "none", "--json"}) {
-    args.emplace_back(a);
-  }
+  std::vector<std::string> args{"--executor",    "host", "--max-batch", "4", "--topk",     "2",
+                                "--page-size",   "4",    "--heads",     "1", "--head-dim", "8",
+                                "--max-context", "24",   "--rounds",    "6", "--verify",   "none"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.emplace_back("--json");
   args.push_back(path);
   flush_recorder buf;
   std::ostream out(&buf);
@@ -132,6 +133,88 @@ TEST(RunOutput, CaptureLineHasTheArenaAndJsonTheVersionAndCommit) {
   EXPECT_FALSE(r.doc.members.at("version").text.empty());
   const std::string commit = r.doc.members.at("commit").text;
   EXPECT_TRUE(commit == "unknown" || commit.size() >= 7) << commit;
+}
+
+// --format (issue 19): the header names it, csr and both print the CSR buffers' sizes after the
+// plan, verification covers each path that ran, both adds the comparison of the two paths.
+TEST(RunOutput, TheFormatIsStatedAndEachPathReported) {
+  const run_result fa3 = run({"--steps", "3", "--verify", "all"});
+  ASSERT_EQ(fa3.code, 0) << fa3.err;
+  EXPECT_NE(first_line(fa3.out).find(", context <= 24, format fa3, 6 rounds"), std::string::npos)
+      << fa3.out;
+  EXPECT_EQ(fa3.out.find("\ncsr: "), std::string::npos) << fa3.out;
+  EXPECT_EQ(fa3.out.find("fa3 vs csr"), std::string::npos) << fa3.out;
+  const json& fa3_check = fa3.doc.members.at("verification");
+  EXPECT_EQ(fa3.doc.members.at("config").members.at("format").text, "fa3");
+  EXPECT_EQ(fa3_check.members.at("paths").members.count("fa3"), 1u);
+  EXPECT_EQ(fa3_check.members.at("paths").members.count("csr"), 0u);
+  EXPECT_EQ(fa3.doc.members.count("agreement"), 0u);
+
+  const run_result csr = run({"--steps", "3", "--verify", "all", "--format", "csr"});
+  ASSERT_EQ(csr.code, 0) << csr.err;
+  EXPECT_NE(first_line(csr.out).find(", format csr, "), std::string::npos) << csr.out;
+  // topk 2, page size 4, 3 steps: rows 24 + 1 * 4 * 2 + 3 = 35 wide; C_s = 8 x (35 + s + 1).
+  EXPECT_NE(csr.out.find("\ncsr: req_to_token rows 35 wide (the longest prefix, then each "
+                         "branch's draft region); csr kv_indices: C_s = rows x (max_context_len "
+                         "+ s + 1) = 288 .. 304 entries per step"),
+            std::string::npos)
+      << csr.out;
+  const json& csr_paths = csr.doc.members.at("verification").members.at("paths");
+  EXPECT_EQ(csr_paths.members.count("fa3"), 0u);
+  EXPECT_GT(csr_paths.members.at("csr").members.at("max_relative_error").number, 0.0);
+  EXPECT_EQ(csr.doc.members.count("agreement"), 0u);
+
+  const run_result both =
+      run({"--steps", "3", "--format=both", "--verify", "sample", "--verify-every", "3"});
+  ASSERT_EQ(both.code, 0) << both.err;
+  EXPECT_NE(first_line(both.out).find(", format both, "), std::string::npos) << both.out;
+  const std::int64_t outputs =
+      as_int(both.doc.members.at("verification").members.at("outputs"), "outputs");
+  EXPECT_NE(both.out.find("verification: 2 rounds, " + std::to_string(outputs) +
+                          " attention outputs per path against a float64 dense reference, max "
+                          "relative error fa3 "),
+            std::string::npos)
+      << both.out;
+  // Compared on all 6 rounds, verified against the reference on rounds 0 and 3.
+  const json& agreement = both.doc.members.at("agreement");
+  EXPECT_EQ(as_int(agreement.members.at("rounds"), "rounds"), 6);
+  EXPECT_GT(as_int(agreement.members.at("outputs"), "outputs"), outputs);
+  EXPECT_LE(agreement.members.at("max_abs_difference").number, 1e-5);
+  EXPECT_NE(both.out.find("\nfa3 vs csr: 6 rounds, " +
+                          std::to_string(as_int(agreement.members.at("outputs"), "outputs")) +
+                          " attention outputs, max abs difference "),
+            std::string::npos)
+      << both.out;
+  EXPECT_NE(both.out.find("(relative "), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("): AGREE\n"), std::string::npos) << both.out;
+  EXPECT_EQ(both.doc.members.at("verification").members.at("paths").members.size(), 2u);
+  // --verify none: nothing compared, so no comparison claimed.
+  const run_result unchecked = run({"--steps", "3", "--format", "both"});
+  ASSERT_EQ(unchecked.code, 0) << unchecked.err;
+  EXPECT_NE(unchecked.out.find("\nverification: off (--verify none)\n"), std::string::npos);
+  EXPECT_EQ(unchecked.out.find("fa3 vs csr"), std::string::npos) << unchecked.out;
+  EXPECT_EQ(unchecked.doc.members.count("agreement"), 0u);
+}
+
+TEST(RunOutput, TheFormatFlagNamesTheValueAndTheChoices) {
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"--format", "fa4"}, "specgraph: error: --format: 'fa4' is not one of fa3, csr, both\n"},
+      {{"--format=CSR"}, "specgraph: error: --format: 'CSR' is not one of fa3, csr, both\n"},
+      {{"--format="}, "specgraph: error: --format: '' is not one of fa3, csr, both\n"},
+      {{"--format"}, "specgraph: error: --format: missing value\n"},
+  };
+  for (const auto& c : cases) {
+    std::ostringstream out, err;
+    EXPECT_EQ(run_command(c.args, out, err), 2) << c.message;
+    EXPECT_EQ(err.str(), c.message);
+    EXPECT_EQ(out.str(), "") << "nothing runs";
+  }
+  std::ostringstream out, err;
+  ASSERT_EQ(run_command({"--help"}, out, err), 0);
+  EXPECT_NE(out.str().find("--format fa3|csr|both"), std::string::npos) << out.str();
 }
 
 TEST(RunOutput, HelpDefinesDraftTokensPerSecond) {

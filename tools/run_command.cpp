@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -45,6 +46,9 @@ constexpr const char* run_usage =
     "  --verify-every N (default 10)\n"
     "  --checked        read guard words after every round and check branch layouts\n"
     "  --device-steps   one graph per bucket, the step read from a device counter\n"
+    "  --format fa3|csr|both  the attention path: FA3's page tables (default), the CSR\n"
+    "                   kv_indptr / kv_indices FlashInfer and Triton read, or both (their\n"
+    "                   outputs are then also compared with each other on every round)\n"
     "  --json FILE      write the report as JSON (with the version and git commit)\n"
     "  --dump-graphs DIR  one Graphviz file per captured graph\n"
     "\n"
@@ -52,7 +56,8 @@ constexpr const char* run_usage =
     "plan, the capture (graphs, time, the arena's bytes) and one row per step: replays, mean,\n"
     "p50 and p99 time of a replay (each waited for) and draft tokens/s, the real draft tokens\n"
     "that step produced (batch x topk per round, padded rows not counted) divided by the summed\n"
-    "time of its replays.\n";
+    "time of its replays. With --format csr or both, a line after the plan gives the CSR\n"
+    "buffers' exact sizes; verification covers each path; both adds a line comparing them.\n";
 
 class flag_error : public std::runtime_error {
  public:
@@ -87,22 +92,29 @@ void check_memory(const sim::sim_options& o) {
   const double ps = o.page_size, hd = static_cast<double>(o.heads) * o.head_dim;
   const double rows = static_cast<double>(o.max_batch) * o.topk;
   const double request_pages = o.max_batch * std::ceil(o.max_context / ps);
+  const bool csr = o.format != metadata_formats::fa3;
+  // req_to_token rows: the longest prefix, plus every branch's region with CSR.
+  const double width =
+      o.max_context +
+      (csr ? (o.topk - 1) * ps * std::ceil((ps - 1 + o.num_steps) / ps) + o.num_steps : 0);
   const double branch_pages = rows * std::ceil((ps - 1 + o.num_steps) / ps);
   const double slots = (2 + 1.5 * (request_pages + branch_pages)) * ps;
-  double bytes = 2 * slots * hd * 4;                     // K and V pools
-  bytes += 2.0 * (o.max_batch + 1) * o.max_context * 4;  // req_to_token, host + device
-  bytes += 2.0 * o.max_batch * o.max_context * hd * 4;   // host K/V ground truth
-  bytes += 6.0 * rows * o.num_steps * hd * 4;            // q/k/v sources, host + device
-  bytes += rows * hd * 4 * (2 + o.num_steps);            // attention outputs
-  bytes += rows * o.heads * 4 * (2 + o.num_steps);       // log-sum-exp outputs
-  bytes += 3.0 * rows * o.num_steps * hd * 4;            // verification copies
+  double bytes = 2 * slots * hd * 4;                    // K and V pools
+  bytes += 2.0 * (o.max_batch + 1) * width * 4;         // req_to_token, host + device
+  bytes += 2.0 * o.max_batch * o.max_context * hd * 4;  // host K/V ground truth
+  bytes += 6.0 * rows * o.num_steps * hd * 4;           // q/k/v sources, host + device
+  bytes += rows * hd * 4 * (2 + o.num_steps);           // attention outputs
+  bytes += rows * o.heads * 4 * (2 + o.num_steps);      // log-sum-exp outputs
+  bytes += 3.0 * rows * o.num_steps * hd * 4;           // verification copies
+  if (csr) bytes += 2.0 * rows * o.num_steps * hd * 4;  // the csr output and its copy
   draft_config c;
   c.max_batch = o.max_batch;
   c.topk = o.topk;
   c.num_steps = o.num_steps;
   c.page_size = o.page_size;
-  c.max_context_len = o.max_context;
+  c.max_context_len = static_cast<std::int32_t>(std::min(width, 2e9));
   c.pool_rows = o.max_batch + 1;
+  c.formats = csr ? metadata_formats::both : metadata_formats::fa3;
   c.kv_slots = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(slots, 1e18)));
   try {
     bytes += static_cast<double>(make_plan(c).total_bytes);
@@ -189,6 +201,16 @@ parsed parse(const std::vector<std::string>& args) {
         o.verify = sim::sim_options::verify_mode::none;
       } else {
         throw flag_error("--verify: " + echo(value) + " is not one of all, sample, none");
+      }
+    } else if (flag == "--format") {
+      if (value == "fa3") {
+        o.format = metadata_formats::fa3;
+      } else if (value == "csr") {
+        o.format = metadata_formats::csr;
+      } else if (value == "both") {
+        o.format = metadata_formats::both;
+      } else {
+        throw flag_error("--format: " + echo(value) + " is not one of fa3, csr, both");
       }
     } else if (flag == "--verify-every") {
       o.verify_every = num(1, 1 << 24);

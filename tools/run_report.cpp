@@ -60,7 +60,8 @@ std::string run_header(const sim::sim_options& o, const std::string& executor) {
   h << "specgraph run: " << executor << " executor, max batch " << o.max_batch << ", topk "
     << o.topk << ", " << o.num_steps << " steps, depth " << depth_text(o) << ", page size "
     << o.page_size << ", " << o.heads << " heads x " << o.head_dim
-    << ", context <= " << o.max_context << ", " << o.rounds << " rounds, seed " << o.seed << ", "
+    << ", context <= " << o.max_context << ", format " << to_string(o.format) << ", " << o.rounds
+    << " rounds, seed " << o.seed << ", "
     << (o.device_steps ? "device step counter (--device-steps)" : "per-step graphs") << ", "
     << (o.checked ? "checked (--checked)" : "unchecked") << "\n";
   return h.str();
@@ -72,6 +73,10 @@ void write_capture_text(std::ostream& out, const plan& pl, const capture_report&
       << "); today's engine sizing: " << pl.today.total_bytes << " bytes ("
       << static_cast<double>(pl.today.total_bytes) / static_cast<double>(pl.total_bytes)
       << "x more)\n";
+  if (!pl.layout.csr_kv_indices.empty()) {
+    out << "csr: req_to_token rows " << pl.config.max_context_len
+        << " wide (the longest prefix, then each branch's draft region); " << pl.csr_report_line();
+  }
   // The memory the graphs work in is the arena (the runtime allocates nothing else for them);
   // graph-private memory exists only under CUDA and is not measured here.
   out << std::setprecision(3) << "capture: " << cap.graphs << " graphs in "
@@ -101,9 +106,19 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
     out << "verification: off (--verify none)\n";
   } else {
     out << std::scientific << std::setprecision(2) << "verification: " << r.verified_rounds
-        << " rounds, " << r.verified_outputs
-        << " attention outputs against a float64 dense reference, max relative error "
-        << r.max_relative_error << " (tolerance " << o.tolerance << "): PASSED\n";
+        << " rounds, " << r.verified_outputs << " attention outputs";
+    if (o.format == metadata_formats::both) {
+      out << " per path against a float64 dense reference, max relative error fa3 "
+          << r.max_relative_error_fa3 << ", csr " << r.max_relative_error_csr;
+    } else {
+      out << " against a float64 dense reference, max relative error " << r.max_relative_error;
+    }
+    out << " (tolerance " << o.tolerance << "): PASSED\n";
+    if (o.format == metadata_formats::both) {
+      out << "fa3 vs csr: " << r.agreement_rounds << " rounds, " << r.agreement_outputs
+          << " attention outputs, max abs difference " << r.max_abs_difference << " (relative "
+          << r.max_relative_difference << ", tolerance " << o.tolerance << "): AGREE\n";
+    }
   }
   out << std::defaultfloat;
 }
@@ -118,7 +133,8 @@ void write_run_json(std::ostream& j, const sim::sim_options& o, const plan& pl,
     << ",\"rounds\":" << o.rounds << ",\"seed\":" << o.seed
     << ",\"checked\":" << (o.checked ? "true" : "false")
     << ",\"device_steps\":" << (o.device_steps ? "true" : "false")
-    << "},\"plan\":" << pl.report_json() << ",\"capture\":{\"graphs\":" << r.capture.graphs
+    << ",\"format\":" << quote(to_string(o.format)) << "},\"plan\":" << pl.report_json()
+    << ",\"capture\":{\"graphs\":" << r.capture.graphs
     << ",\"instantiated\":" << r.capture.instantiated << ",\"updated\":" << r.capture.updated
     << ",\"total_seconds\":" << r.capture.total_seconds << ",\"arena_bytes\":" << pl.total_bytes
     << "},\"steps\":[";
@@ -138,7 +154,25 @@ void write_run_json(std::ostream& j, const sim::sim_options& o, const plan& pl,
   j << "],\"rounds\":" << r.rounds.size() << ",\"replays\":" << replays
     << ",\"run_seconds\":" << r.run_seconds << ",\"verification\":{\"rounds\":" << r.verified_rounds
     << ",\"outputs\":" << r.verified_outputs << ",\"max_relative_error\":" << r.max_relative_error
-    << ",\"tolerance\":" << o.tolerance << ",\"passed\":true}}\n";
+    << ",\"tolerance\":" << o.tolerance;
+  // Per path: the paths that ran, each against the reference.
+  j << ",\"paths\":{";
+  if (o.format != metadata_formats::csr) {
+    j << "\"fa3\":{\"max_relative_error\":" << r.max_relative_error_fa3 << "}";
+  }
+  if (o.format != metadata_formats::fa3) {
+    j << (o.format == metadata_formats::both ? "," : "")
+      << "\"csr\":{\"max_relative_error\":" << r.max_relative_error_csr << "}";
+  }
+  j << "},\"passed\":true}";
+  if (o.format == metadata_formats::both && o.verify != sim::sim_options::verify_mode::none) {
+    j << ",\"agreement\":{\"rounds\":" << r.agreement_rounds
+      << ",\"outputs\":" << r.agreement_outputs
+      << ",\"max_abs_difference\":" << r.max_abs_difference
+      << ",\"max_relative_difference\":" << r.max_relative_difference
+      << ",\"tolerance\":" << o.tolerance << ",\"passed\":true}";
+  }
+  j << "}\n";
 }
 
 }  // namespace specgraph::tools

@@ -15,15 +15,17 @@ namespace specgraph::tools {
 const char* build_version() noexcept;
 const char* build_commit() noexcept;
 
-// The header line, ending in '\n': executor, shape of the configuration and the mode (depth,
-// graph mode, checked), so a pasted output says how it was made.
+// The header line, ending in '\n': executor, shape of the configuration, the attention format
+// and the mode (depth, graph mode, checked), so a pasted output says how it was made.
 std::string run_header(const sim::sim_options& o, const std::string& executor);
 
-// The plan and capture lines (with the arena's bytes), printed once the graphs are captured.
+// The plan line, the CSR line (plans holding CSR) and the capture line (with the arena's bytes),
+// printed once the graphs are captured.
 void write_capture_text(std::ostream& out, const plan& pl, const capture_report& cap);
 
 // The report of the rounds: one row per step that ran (a step no round reached, e.g. under
-// --depth, has no row), the rounds, the verification.
+// --depth, has no row), the rounds, the verification (per path with --format both, then the
+// line comparing the two paths).
 void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::run_report& r);
 
 // The same as one JSON object (with "version" and "commit"), ending in '\n'.

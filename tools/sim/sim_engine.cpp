@@ -1,7 +1,9 @@
 // The simulated engine: the paged KV pool, requests, the forward captured into every graph and
-// the dense float64 reference. Rounds, timing and verification are in sim_rounds.cpp.
+// the dense float64 reference. Rounds and timing are in sim_rounds.cpp, the output checks in
+// sim_verify.cpp.
 #include "tools/sim/sim_engine.hpp"
 
+#include "specgraph/limits.hpp"
 #include "tools/sim/sim_engine_impl.hpp"
 
 namespace specgraph::sim {
@@ -16,7 +18,22 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
       std::to_string(o.head_dim) + " is outside [1, " + std::to_string(max_head_dim) + "]");
   m.hd = o.heads * o.head_dim;
   m.max_rows = o.max_batch * o.topk;  // buckets end at max_batch (default_buckets)
+  m.run_fa3 = o.format != metadata_formats::csr;
+  m.run_csr = o.format != metadata_formats::fa3;
+  SPECGRAPH_EXPECTS(!m.run_csr || o.num_steps <= max_csr_steps, "num_steps",
+                    std::to_string(o.num_steps) + " exceeds " + std::to_string(max_csr_steps) +
+                        " (the CSR path's per-step offsets)");
   const std::int64_t ps = o.page_size;
+  // req_to_token row width: the longest prefix, plus (CSR) every branch's page-aligned region
+  // of nnp <= ceil((ps - 1 + num_steps) / ps) pages (docs/csr.md section 1).
+  const std::int64_t max_nnp = (ps - 1 + o.num_steps + ps - 1) / ps;
+  const std::int64_t width =
+      o.max_context + (m.run_csr ? (o.topk - 1) * ps * max_nnp + o.num_steps : 0);
+  SPECGRAPH_EXPECTS(width <= limits::max_context_len, "max_context",
+                    std::to_string(o.max_context) + " with the branch regions gives rows " +
+                        std::to_string(width) + " wide, above " +
+                        std::to_string(limits::max_context_len));
+  m.width = static_cast<std::int32_t>(width);
   const std::int64_t request_pages =
       static_cast<std::int64_t>(o.max_batch) * ((o.max_context + ps - 1) / ps);
   const std::int64_t branch_pages =
@@ -32,7 +49,7 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   ex.fill_bytes(m.k_pool.data(), 0, pool_bytes);
   ex.fill_bytes(m.v_pool.data(), 0, pool_bytes);
   const std::int32_t pool_rows = o.max_batch + 1;  // row 0: the padding target
-  m.req_to_token.assign(static_cast<std::size_t>(pool_rows) * o.max_context, 0);
+  m.req_to_token.assign(static_cast<std::size_t>(pool_rows) * m.width, 0);
   m.d_req_to_token = device_buffer(ex, m.req_to_token.size() * sizeof(std::int32_t));
   ex.fill_bytes(m.d_req_to_token.data(), 0, m.d_req_to_token.size());
 
@@ -52,10 +69,12 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   m.lse_expand = device_buffer(ex, row_heads * sizeof(float));
   m.out = device_buffer(ex, row_elems * o.num_steps * sizeof(float));
   m.out_lse = device_buffer(ex, row_heads * o.num_steps * sizeof(float));
+  m.out_csr =  // one float without CSR: every buffer stays allocated and defined
+      device_buffer(ex, (m.run_csr ? row_elems * o.num_steps : 1) * sizeof(float));
   // Defined from the start: a round writes only its bucket's rows and the steps it ran, and
   // verification copies whole steps back (a read of never-written memory, otherwise).
   for (device_buffer* b :
-       {&m.o_prefix, &m.o_expand, &m.lse_prefix, &m.lse_expand, &m.out, &m.out_lse}) {
+       {&m.o_prefix, &m.o_expand, &m.lse_prefix, &m.lse_expand, &m.out, &m.out_lse, &m.out_csr}) {
     ex.fill_bytes(b->data(), 0, b->size());
   }
 
@@ -67,11 +86,14 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   c.topk = o.topk;
   c.num_steps = o.num_steps;
   c.page_size = o.page_size;
-  c.max_context_len = o.max_context;
+  c.max_context_len = m.width;
   c.pool_rows = pool_rows;
   c.kv_slots = m.kv_slots;
   c.checked = o.checked;
   c.device_steps = o.device_steps;
+  // draft_runtime refuses csr-only plans (it writes the FA3 tables): csr runs on a both plan.
+  c.formats = m.run_csr ? metadata_formats::both : metadata_formats::fa3;
+  c.csr_int64 = o.csr_int64;
   m.rt = std::make_unique<draft_runtime>(ex, c, engine_tables{m.d_req_to_token.as<std::int32_t>()});
   m.rt->set_forward([&m](const step_view& v) { m.forward(v); });
   ex.synchronize();
@@ -95,6 +117,9 @@ void sim_engine::corrupt_prefix_table_at_round(std::int32_t round) {
 }
 void sim_engine::corrupt_branch_layout_at_round(std::int32_t round) {
   impl_->corrupt_layout_round = round;
+}
+void sim_engine::corrupt_draft_position_at_round(std::int32_t round) {
+  impl_->corrupt_draft_round = round;
 }
 
 }  // namespace specgraph::sim

@@ -1,8 +1,9 @@
 // A simulated serving engine around draft_runtime: a fragmented paged KV pool, requests with
 // random prefixes, EAGLE branch allocation per round (docs/metadata.md section 1), and a forward
 // captured in every graph that writes the step's K/V and runs two-pass paged decode attention
-// merged by log-sum-exp. Rounds can be verified against a dense float64 reference that gathers
-// tokens by position, never through page tables.
+// merged by log-sum-exp (format fa3), and/or one ragged decode pass over the CSR kv_indptr /
+// kv_indices the library writes (format csr). Rounds can be verified against a dense float64
+// reference that gathers tokens by position, never through page tables or CSR indices.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,15 @@ struct sim_options {
   bool device_steps = false;          // one graph per bucket, the step read from a device counter
   double replace_probability = 0.05;  // per request per round: finishes, a new one arrives
   double tolerance = 1e-5;            // relative error allowed against the float64 reference
+  // Which attention path the forward runs: fa3 (two passes over the prefix and expand page
+  // tables, merged), csr (one pass over the step's kv_indptr / kv_indices, written by
+  // csr_step_indices, or csr_round_indices under device_steps), or both (then the two paths'
+  // outputs are also compared on every round, see run_report::agreement_*). csr and both plan
+  // formats both (draft_runtime writes the FA3 tables in any case) and widen req_to_token rows to
+  // max_context + (topk - 1) * page_size * nnp + num_steps: the branches' draft positions
+  // (docs/csr.md section 1). num_steps <= max_csr_steps with csr.
+  metadata_formats format = metadata_formats::fa3;
+  bool csr_int64 = false;  // CSR kv_indices int64 (Triton's) instead of int32 (FlashInfer's)
 };
 
 // Verification failed: names round, step, bucket and row.
@@ -64,8 +74,13 @@ struct run_report {
   std::vector<step_stats> steps;
   std::vector<round_record> rounds;
   std::int64_t verified_rounds = 0;
-  std::int64_t verified_outputs = 0;  // (row, step, head) vectors compared
-  double max_relative_error = 0;
+  std::int64_t verified_outputs = 0;  // (row, step, head) vectors compared, per path
+  double max_relative_error = 0;      // over the paths that ran
+  double max_relative_error_fa3 = 0, max_relative_error_csr = 0;
+  // Format both: the two paths' outputs compared on every round (verify not none), per real
+  // (row, step, head) vector; difference relative to the vector's largest |fa3 output|.
+  std::int64_t agreement_rounds = 0, agreement_outputs = 0;
+  double max_abs_difference = 0, max_relative_difference = 0;
   double run_seconds = 0;
 };
 
@@ -101,6 +116,10 @@ class sim_engine {
   // For the checked-mode test: in round `round`, move the step-1 slot of the first branch to the
   // wrong in-page offset (needs page_size >= 2 and num_steps >= 2), breaking the section-1 layout.
   void corrupt_branch_layout_at_round(std::int32_t round);
+  // For the CSR tests: in round `round`, point request 0's branch-0 draft position 1 in
+  // req_to_token (which the CSR indices read, the FA3 tables do not) at the request's first
+  // prefix slot (needs num_steps >= 2): the csr path's steps 1.. of row 0 attend a wrong token.
+  void corrupt_draft_position_at_round(std::int32_t round);
 
  private:
   struct impl;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "specgraph/csr_ops.hpp"
 #include "specgraph/error.hpp"
 #include "tools/sim/sim_engine.hpp"
 #include "tools/sim/sim_kernels.hpp"
@@ -64,7 +65,9 @@ struct sim_engine::impl {
   executor* ex;
   sim_options opt;
   std::mt19937_64 rng;
-  std::int32_t hd = 0;  // heads * head_dim
+  std::int32_t hd = 0;     // heads * head_dim
+  std::int32_t width = 0;  // req_to_token row width: max_context (+ the branch regions, csr)
+  bool run_fa3 = true, run_csr = false;  // the attention paths the forward runs (opt.format)
   std::int64_t kv_slots = 0;
   std::unique_ptr<page_allocator> pages;
   std::vector<request> requests;           // the active set, one per pool row 1..max_batch
@@ -74,11 +77,13 @@ struct sim_engine::impl {
   device_buffer q_src, k_src, v_src;  // [max_rows][steps][hd], the "model outputs" of a round
   device_buffer o_prefix, lse_prefix, o_expand, lse_expand;  // scratch per pass
   device_buffer out, out_lse;  // [steps][max_rows][hd], [steps][max_rows][heads]
+  device_buffer out_csr;       // [steps][max_rows][hd]: the csr path's output
   std::vector<float> h_q, h_k, h_v;
   std::unique_ptr<draft_runtime> rt;
   std::int32_t max_rows = 0;
   std::int32_t corrupt_round = -1;
   std::int32_t corrupt_layout_round = -1;
+  std::int32_t corrupt_draft_round = -1;
   std::int32_t current_round = -1;
   // The current round (begin_round .. end_round).
   std::vector<std::int32_t> round_rows, round_seq_len;
@@ -104,8 +109,8 @@ struct sim_engine::impl {
     for (auto& x : r.v) x = random_value();
     const std::int32_t ps = opt.page_size;
     const std::int32_t n_pages = (r.seq_len + ps - 1) / ps;
-    std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(row) * opt.max_context;
-    std::fill(tokens, tokens + opt.max_context, 0);
+    std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(row) * width;
+    std::fill(tokens, tokens + width, 0);
     for (std::int32_t j = 0; j < n_pages; ++j) {
       const std::int64_t page = pages->allocate();
       r.pages.push_back(page);
@@ -120,9 +125,8 @@ struct sim_engine::impl {
       ex->copy_to_device(v_pool.as<float>() + page * ps * hd,
                          r.v.data() + static_cast<std::size_t>(first) * hd, bytes);
     }
-    ex->copy_to_device(
-        d_req_to_token.as<std::int32_t>() + static_cast<std::size_t>(row) * opt.max_context, tokens,
-        static_cast<std::size_t>(opt.max_context) * sizeof(std::int32_t));
+    ex->copy_to_device(d_req_to_token.as<std::int32_t>() + static_cast<std::size_t>(row) * width,
+                       tokens, static_cast<std::size_t>(width) * sizeof(std::int32_t));
     requests[static_cast<std::size_t>(row - 1)] = std::move(r);
   }
 
@@ -132,9 +136,10 @@ struct sim_engine::impl {
     requests[static_cast<std::size_t>(row - 1)].pages.clear();
   }
 
+  // The forward captured into graph(B, s): the step's K/V into the pool, then the attention
+  // path(s) of opt.format.
   void forward(const step_view& v) {
     const std::int32_t s = v.step;
-    const std::size_t rows = static_cast<std::size_t>(max_rows);
     kv_write_kernel::params w{};
     w.real_batch = v.real_batch;
     w.topk = v.topk;
@@ -149,7 +154,15 @@ struct sim_engine::impl {
     w.v_pool = v_pool.as<float>();
     w.device_step = v.device_step;
     launch<kv_write_kernel>(w, v.rows, cuda.kv_write);
+    if (run_csr) csr_forward(v);
+    if (run_fa3) fa3_forward(v);
+  }
 
+  // The fa3 path: the request's whole prefix pages through the step-invariant prefix table, the
+  // branch's pages through the step's expand table, merged by log-sum-exp into `out`.
+  void fa3_forward(const step_view& v) {
+    const std::int32_t s = v.step;
+    const std::size_t rows = static_cast<std::size_t>(max_rows);
     paged_attention_kernel::params a{};
     a.q = q_src.as<float>();
     a.steps = opt.num_steps;
@@ -193,6 +206,73 @@ struct sim_engine::impl {
     m.out_step_elems = static_cast<std::int64_t>(rows) * hd;
     m.lse_step_elems = static_cast<std::int64_t>(rows) * opt.heads;
     launch<lse_merge_kernel>(m, static_cast<std::int64_t>(v.rows) * opt.heads, cuda.merge);
+  }
+
+  // The csr path: the library's op writes the step's kv_indptr / kv_indices into the plan's
+  // arena (every step at once under the device step counter, whose graph serves all steps),
+  // then one ragged decode pass reads them into `out_csr`.
+  void csr_forward(const step_view& v) {
+    const draft_buffers& b = rt->buffers();
+    const engine_tables tables{d_req_to_token.as<std::int32_t>()};
+    if (v.device_step != nullptr) {
+      csr_round_indices(*ex, b, v.bucket, tables);
+    } else {
+      csr_step_indices(*ex, b, v.bucket, v.step, tables);
+    }
+    csr_attention_kernel::params c{};
+    c.q = q_src.as<float>();
+    c.steps = opt.num_steps;
+    c.step = v.step;
+    c.heads = opt.heads;
+    c.head_dim = opt.head_dim;
+    c.scale = 1.0f / std::sqrt(static_cast<float>(opt.head_dim));
+    c.k_pool = k_pool.as<float>();
+    c.v_pool = v_pool.as<float>();
+    c.kv_indptr = b.csr_kv_indptr();
+    c.indptr_stride = static_cast<std::int64_t>(max_rows) + 1;
+    const auto* base = static_cast<const unsigned char*>(b.csr_kv_indices(0));
+    const std::int64_t elem = opt.csr_int64 ? 8 : 4;
+    for (std::int32_t s = 0; s < opt.num_steps; ++s) {
+      c.indices_offset[s] = (static_cast<const unsigned char*>(b.csr_kv_indices(s)) - base) / elem;
+    }
+    if (opt.csr_int64) {
+      c.indices_i64 = reinterpret_cast<const std::int64_t*>(base);
+    } else {
+      c.indices_i32 = reinterpret_cast<const std::int32_t*>(base);
+    }
+    c.o = out_csr.as<float>();
+    c.out_step_elems = static_cast<std::int64_t>(max_rows) * hd;
+    c.device_step = v.device_step;
+    launch<csr_attention_kernel>(c, static_cast<std::int64_t>(v.rows) * opt.heads,
+                                 cuda.csr_attention);
+  }
+
+  // The round's outputs against the reference (verify) and, with both paths, against each
+  // other; throws verification_error naming round, step, bucket, row, head and path
+  // (sim_verify.cpp).
+  void check_outputs(std::int32_t round, std::int32_t batch, std::int32_t depth,
+                     std::int32_t bucket, bool verify, run_report& report);
+
+  // The round's draft slots at their req_to_token positions P(r, t, j) = seq_len + t * ps *
+  // nnp + j (docs/csr.md section 1), which the CSR indices read, uploaded per request.
+  void write_draft_positions(std::int32_t batch) {
+    const std::int32_t ps = opt.page_size, steps = opt.num_steps;
+    for (std::int32_t r = 0; r < batch; ++r) {
+      const std::int64_t row = round_rows[static_cast<std::size_t>(r)];
+      const std::int64_t seq = round_seq_len[static_cast<std::size_t>(r)];
+      const std::int64_t nnp = (seq % ps + steps + ps - 1) / ps;
+      std::int32_t* tokens = req_to_token.data() + row * width;
+      for (std::int32_t t = 0; t < opt.topk; ++t) {
+        for (std::int32_t j = 0; j < steps; ++j) {
+          tokens[seq + t * ps * nnp + j] = static_cast<std::int32_t>(
+              round_cache_loc[(static_cast<std::size_t>(r) * opt.topk + t) * steps + j]);
+        }
+      }
+      if (current_round == corrupt_draft_round && r == 0 && steps >= 2) tokens[seq + 1] = tokens[0];
+      const std::int64_t span = (opt.topk - 1) * ps * nnp + steps;
+      ex->copy_to_device(d_req_to_token.as<std::int32_t>() + row * width + seq, tokens + seq,
+                         static_cast<std::size_t>(span) * sizeof(std::int32_t));
+    }
   }
 
   // Dense float64 attention of one (row, step, head) over the tokens gathered by position: the

@@ -4,6 +4,7 @@
 namespace specgraph::sim {
 sim_cuda_launchers sim_cuda() {
   return {&cuda_rows<kv_write_kernel>, &cuda_rows<paged_attention_kernel>,
-          &cuda_rows<lse_merge_kernel>, &cuda_rows<branch_page_copy_kernel>};
+          &cuda_rows<lse_merge_kernel>, &cuda_rows<branch_page_copy_kernel>,
+          &cuda_rows<csr_attention_kernel>};
 }
 }  // namespace specgraph::sim

@@ -1,6 +1,7 @@
 // The simulated engine's forward kernels (host+device, like the metadata kernels): write a draft
-// step's K/V into the paged pool, paged decode attention over a page table, and the log-sum-exp
-// merge of the prefix and expand passes (docs/metadata.md section 5). float32 storage.
+// step's K/V into the paged pool, paged decode attention over a page table, the log-sum-exp
+// merge of the prefix and expand passes (docs/metadata.md section 5), and ragged decode attention
+// over the CSR kv_indptr / kv_indices (docs/csr.md). float32 storage.
 #pragma once
 
 #include <cmath>
@@ -107,6 +108,70 @@ struct paged_attention_kernel {
   }
 };
 
+// Ragged paged decode over the CSR layout FlashInfer and Triton read (docs/csr.md): one logical
+// thread per (query row, head). Row q of the step attends the token slots
+// kv_indices[kv_indptr[q] .. kv_indptr[q + 1]) of that step, each slot a position in the pool
+// viewed with page size 1 whatever the KV page size (the kept prefix, then the branch's drafted
+// tokens). One pass of online softmax; writes the step's o (nothing merges it, so no lse). An
+// empty row writes o = 0.
+inline constexpr std::int32_t max_csr_steps = 32;
+struct csr_attention_kernel {
+  struct params {
+    const float* q;  // [rows][steps][heads][head_dim]
+    std::int32_t steps;
+    std::int32_t step;
+    std::int32_t heads;
+    std::int32_t head_dim;
+    float scale;
+    const float* k_pool;
+    const float* v_pool;
+    const std::int32_t* kv_indptr;  // step s's row at kv_indptr + s * indptr_stride
+    std::int64_t indptr_stride;
+    // Step 0's kv_indices (one of the two, by the plan's index type); step s's start
+    // indices_offset[s] elements after it (the plan's steps are separate buffers).
+    const std::int32_t* indices_i32;
+    const std::int64_t* indices_i64;
+    std::int64_t indices_offset[max_csr_steps];
+    float* o;  // [steps][out_step_elems]: the step's slice, [rows][heads][head_dim]
+    std::int64_t out_step_elems;
+    const std::int32_t* device_step;  // when set, the step is read here (device step counter)
+  };
+  static constexpr const char* name = "csr_attention";
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t index) {
+    const std::int64_t row = index / p.heads;
+    const std::int32_t h = static_cast<std::int32_t>(index % p.heads);
+    const std::int32_t hd = p.heads * p.head_dim;
+    const std::int32_t step = p.device_step != nullptr ? *p.device_step : p.step;
+    const std::int32_t* indptr = p.kv_indptr + step * p.indptr_stride;
+    const std::int64_t begin = indptr[row];
+    const std::int64_t end = indptr[row + 1];
+    const std::int64_t offset = p.indices_offset[step];
+    const float* q = p.q + (row * p.steps + step) * hd + h * p.head_dim;
+    float acc[max_head_dim];
+    for (std::int32_t d = 0; d < p.head_dim; ++d) acc[d] = 0.0f;
+    float m = -INFINITY;
+    float l = 0.0f;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::int64_t slot =
+          p.indices_i64 != nullptr ? p.indices_i64[offset + i] : p.indices_i32[offset + i];
+      const float* k = p.k_pool + slot * hd + h * p.head_dim;
+      const float* v = p.v_pool + slot * hd + h * p.head_dim;
+      float s = 0.0f;
+      for (std::int32_t d = 0; d < p.head_dim; ++d) s += q[d] * k[d];
+      s *= p.scale;
+      const float m_new = s > m ? s : m;
+      const float correction = expf(m - m_new);  // 0 on the first token (m = -inf)
+      const float w = expf(s - m_new);
+      l = l * correction + w;
+      for (std::int32_t d = 0; d < p.head_dim; ++d) acc[d] = acc[d] * correction + w * v[d];
+      m = m_new;
+    }
+    float* o = p.o + step * p.out_step_elems + (row * p.heads + h) * p.head_dim;
+    for (std::int32_t d = 0; d < p.head_dim; ++d) o[d] = end > begin ? acc[d] / l : 0.0f;
+  }
+};
+
 // Merges the prefix and expand passes per (row, head): m = max(l1, l2), w_i = exp(l_i - m),
 // o = (o1 w1 + o2 w2) / (w1 + w2), lse = m + log(w1 + w2).
 struct lse_merge_kernel {
@@ -183,7 +248,7 @@ struct branch_page_copy_kernel {
 };
 
 struct sim_cuda_launchers {
-  cuda_rows_fn kv_write, attention, merge, branch_copy;
+  cuda_rows_fn kv_write, attention, merge, branch_copy, csr_attention;
 };
 sim_cuda_launchers sim_cuda();  // all null in host-only builds
 

@@ -2,6 +2,6 @@
 
 namespace specgraph::sim {
 sim_cuda_launchers sim_cuda() {
-  return {nullptr, nullptr, nullptr, nullptr};
+  return {nullptr, nullptr, nullptr, nullptr, nullptr};
 }
 }  // namespace specgraph::sim

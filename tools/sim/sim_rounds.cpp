@@ -1,5 +1,5 @@
-// The simulated engine's rounds: branch allocation, staging, timed replays, checked mode and
-// verification against the dense float64 reference.
+// The simulated engine's rounds: branch allocation, staging, timed replays and checked mode;
+// the output checks are in sim_verify.cpp.
 #include "tools/sim/sim_engine.hpp"
 
 #include "tools/sim/sim_engine_impl.hpp"
@@ -13,7 +13,6 @@ void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t 
   const std::int32_t ps = o.page_size;
   m.current_round = round;
   begin_round(batch);
-  const std::vector<std::int32_t>& rows = m.round_rows;
   const std::vector<std::int32_t>& seq_len = m.round_seq_len;
   const std::vector<std::int64_t>& branch_pages = m.round_branch_pages;
   const std::int32_t bucket = m.rt->staged_bucket();
@@ -47,43 +46,11 @@ void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t 
     }
   }
 
-  if (verify) {
-    const std::size_t rows_total = static_cast<std::size_t>(m.max_rows);
-    std::vector<float> got(static_cast<std::size_t>(depth) * rows_total * m.hd);
-    m.ex->copy_to_host(got.data(), m.out.data(), got.size() * sizeof(float));
-    std::vector<double> ref;
-    for (std::int32_t s = 0; s < depth; ++s) {
-      for (std::int32_t r = 0; r < batch; ++r) {
-        const request& req =
-            m.requests[static_cast<std::size_t>(rows[static_cast<std::size_t>(r)] - 1)];
-        for (std::int32_t t = 0; t < o.topk; ++t) {
-          const std::size_t row = static_cast<std::size_t>(r) * o.topk + t;
-          for (std::int32_t h = 0; h < o.heads; ++h) {
-            m.reference(req, row, s, h, ref);
-            const float* o_got = got.data() +
-                                 (static_cast<std::size_t>(s) * rows_total + row) * m.hd +
-                                 h * o.head_dim;
-            double max_diff = 0, max_ref = 0;
-            for (std::int32_t d = 0; d < o.head_dim; ++d) {
-              max_diff = std::max(max_diff, std::abs(o_got[d] - ref[static_cast<std::size_t>(d)]));
-              max_ref = std::max(max_ref, std::abs(ref[static_cast<std::size_t>(d)]));
-            }
-            const double rel = max_diff / std::max(max_ref, 1e-30);
-            report.max_relative_error = std::max(report.max_relative_error, rel);
-            ++report.verified_outputs;
-            if (!(rel <= o.tolerance)) {
-              std::ostringstream msg;
-              msg << "verification failed: round " << round << ", step " << s << ", bucket "
-                  << bucket << ", row " << row << " (request " << r << ", branch " << t
-                  << "), head " << h << ": relative error " << rel << " exceeds " << o.tolerance;
-              end_round();
-              throw verification_error(msg.str());
-            }
-          }
-        }
-      }
-    }
-    ++report.verified_rounds;
+  try {
+    m.check_outputs(round, batch, depth, bucket, verify, report);
+  } catch (const verification_error&) {
+    end_round();
+    throw;
   }
   end_round();
   report.rounds.push_back({batch, bucket, depth, verify});
@@ -138,6 +105,7 @@ void sim_engine::begin_round(std::int32_t batch) {
     std::int64_t& slot = cache_loc[1];  // request 0, branch 0, draft token 1
     slot = slot - slot % ps + (slot % ps + 1) % ps;
   }
+  if (m.run_csr) m.write_draft_positions(batch);
   // The round's draft-model outputs (queries and K/V of each draft token), real rows only.
   const std::size_t real_elems = static_cast<std::size_t>(batch) * o.topk * o.num_steps * m.hd;
   for (std::size_t i = 0; i < real_elems; ++i) {
@@ -158,7 +126,7 @@ void sim_engine::begin_round(std::int32_t batch) {
   const step_view v0 = m.rt->view(m.rt->staged_bucket(), 0);
   branch_page_copy_kernel::params copy{};
   copy.req_to_token = m.d_req_to_token.as<std::int32_t>();
-  copy.req_to_token_stride = o.max_context;
+  copy.req_to_token_stride = m.width;
   copy.req_pool_index = v0.req_pool_index;
   copy.seq_len = v0.seq_len;
   copy.cache_loc = v0.out_cache_loc;
