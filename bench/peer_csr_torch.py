@@ -138,6 +138,9 @@ def check(chain, program):
 
 
 def timed(fn, iters, dev):
+    """Seconds per call: CUDA events around `iters` calls on a GPU; on the CPU the best of
+    `iters` calls by the wall clock and by the process's CPU time (a shared machine's waiting
+    shows in the first only)."""
     for _ in range(2):
         fn()
     if dev.type == "cuda":
@@ -148,13 +151,13 @@ def timed(fn, iters, dev):
             fn()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters
-    best = float("inf")
+        return start.elapsed_time(end) / 1e3 / iters, None
+    wall = cpu = float("inf")
     for _ in range(iters):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+        wall, cpu = min(wall, time.perf_counter() - t), min(cpu, time.process_time() - c)
+    return wall, cpu
 
 
 def as_graph(fn):
@@ -178,10 +181,11 @@ def specgraph_times(bench, executor, configs, min_time):
                           f"--benchmark_min_time={min_time}", "--benchmark_format=json"],
                          text=True, capture_output=True, check=True).stdout
     found = {}
-    for b in json.loads(out)["benchmarks"]:
+    for b in (json.loads(out)["benchmarks"] if out.strip() else []):  # none: no such configuration
         key = tuple(int(p.split(":")[1]) for p in b["name"].split("/")[2:6])
         scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
-        found[key] = dict(us=b["real_time"] * scale, bytes_written=b["bytes_written"])
+        found[key] = dict(us=b["real_time"] * scale, cpu_us=b["cpu_time"] * scale,
+                          bytes_written=b["bytes_written"])
     return found
 
 
@@ -192,6 +196,8 @@ def main():
     p.add_argument("--configs", default="8x8x1024,64x8x4096,256x8x4096",
                    help="bucket x topk x ctx, comma separated (bench_csr's configurations)")
     p.add_argument("--iters", type=int, default=0, help="default 50 on a GPU, 5 on the CPU")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch's CPU threads (default: torch's own choice)")
     p.add_argument("--bench-csr", help="bench_csr program (specgraph's side; none: torch only)")
     p.add_argument("--min-time", default="0.2", help="bench_csr's --benchmark_min_time")
     p.add_argument("--specgraph", help="specgraph program for the output check")
@@ -199,6 +205,8 @@ def main():
                    help="check configurations of at most this many cells (rows x (ctx + 5) x 5)")
     a = p.parse_args()
     dev = torch.device(a.device)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     iters = a.iters or (50 if dev.type == "cuda" else 5)
     configs = [tuple(int(x) for x in c.split("x")) for c in a.configs.split(",")]
     executor = "cuda" if dev.type == "cuda" else "host"
@@ -216,26 +224,36 @@ def main():
                                 ("round", chain.round, list(range(STEPS)))):
             modes = [("eager", fn)] + ([("graph", as_graph(fn))] if dev.type == "cuda" else [])
             for mode, f in modes:
-                t = timed(f, iters, dev)
+                t, cpu = timed(f, iters, dev)
                 sg = ours.get((bucket, topk, ctx, int(kind == "round")))
                 row = dict(bucket=bucket, topk=topk, ctx=ctx, what=kind, mode=mode,
                            torch_chain_us=round(t * 1e6, 1),
                            torch_bytes_written=chain.output_bytes(steps),
                            torch_temporary_bytes=chain.temp_bytes, checked_equal=equal)
+                if cpu is not None:
+                    row.update(torch_chain_cpu_us=round(cpu * 1e6, 1))
                 if sg:
                     row.update(specgraph_us=round(sg["us"], 1),
                                specgraph_bytes_written=int(sg["bytes_written"]),
                                ratio=round(t * 1e6 / sg["us"], 2))
+                    if cpu is not None:
+                        row.update(specgraph_cpu_us=round(sg["cpu_us"], 1),
+                                   ratio_cpu=round(cpu * 1e6 / sg["cpu_us"], 2))
                 results.append(row)
+                cpu_text = "" if cpu is None else f" (cpu {cpu * 1e6:.1f})"
+                sg_text = "" if not sg else (
+                    f", specgraph {sg['us']:9.1f} us" +
+                    ("" if cpu is None else f" (cpu {sg['cpu_us']:.1f})") + f" ({row['ratio']}x)")
                 print(f"bucket {bucket:3d} topk {topk} ctx {ctx:5d} {kind:5s} {mode:5s}: torch "
-                      f"chain {t * 1e6:10.1f} us" + (f", specgraph {sg['us']:9.1f} us "
-                                                     f"({row['ratio']}x)" if sg else "") +
+                      f"chain {t * 1e6:10.1f} us{cpu_text}" + sg_text +
                       f"; written {row['torch_bytes_written']} B, temporaries "
                       f"{chain.temp_bytes} B" + ("" if equal is not False else "  DIFFERENT"))
         del chain
     doc = dict(benchmark="peer_csr_torch",
                device=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
-               timing="cuda events" if dev.type == "cuda" else "wall clock, best of iters",
+               timing=("cuda events (torch); bench_csr: device time, cuda events" if dev.type == "cuda"
+                       else "best of iters, wall clock and process CPU time (torch); bench_csr: "
+                            "mean wall (manual) and CPU time, host executor"),
                torch=torch.__version__, torch_threads=torch.get_num_threads(),
                python=platform.python_version(), specgraph_executor=executor,
                config=dict(page_size=PS, steps=STEPS, iters=iters, per_step="the last step"),
