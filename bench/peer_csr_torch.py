@@ -132,7 +132,8 @@ def check(chain, program):
     for s in range(STEPS):
         n = want["kv_indptr"][s][-1]
         got = chain.kv_indices[chain.offsets[s]:chain.offsets[s] + n].cpu().tolist()
-        if chain.kv_indptr[s].cpu().tolist() != want["kv_indptr"][s] or got != want["kv_indices"][s]:
+        indptr = chain.kv_indptr[s].cpu().tolist()
+        if indptr != want["kv_indptr"][s] or got != want["kv_indices"][s]:
             return False
     return True
 
@@ -251,9 +252,10 @@ def main():
         del chain
     doc = dict(benchmark="peer_csr_torch",
                device=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
-               timing=("cuda events (torch); bench_csr: device time, cuda events" if dev.type == "cuda"
-                       else "best of iters, wall clock and process CPU time (torch); bench_csr: "
-                            "mean wall (manual) and CPU time, host executor"),
+               timing=("cuda events (torch); bench_csr: device time, cuda events"
+                       if dev.type == "cuda" else
+                       "best of iters, wall clock and process CPU time (torch); bench_csr: "
+                       "mean wall (manual) and CPU time, host executor"),
                torch=torch.__version__, torch_threads=torch.get_num_threads(),
                python=platform.python_version(), specgraph_executor=executor,
                config=dict(page_size=PS, steps=STEPS, iters=iters, per_step="the last step"),

@@ -180,8 +180,8 @@ def csr(work):
     for bucket in (8, 64, 256):
         one = pick(runs, "csr/cuda", bucket=bucket, topk=8, ctx=4096, round=0)
         whole = pick(runs, "csr/cuda", bucket=bucket, topk=8, ctx=4096, round=1)
-        parts.append(f"bucket {bucket}: step 4 {fmt(us(one))} us ({fmt(one['bytes_written'] / 2**20)}"
-                     f" MiB written), round {fmt(us(whole))} us "
+        parts.append(f"bucket {bucket}: step 4 {fmt(us(one))} us "
+                     f"({fmt(one['bytes_written'] / 2**20)} MiB written), round {fmt(us(whole))} us "
                      f"({fmt(whole['bytes_written'] / 2**20)} MiB)")
     text = "topk 8, ctx 4096: " + "; ".join(parts)
     try:
