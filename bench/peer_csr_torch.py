@@ -67,6 +67,9 @@ class Chain:
         self.rows = c["bucket"] * c["topk"]
         caps = [capacity(self.rows, c["ctx"], s) for s in range(STEPS)]
         self.offsets = [sum(caps[:s]) for s in range(STEPS)]
+        # On the device before any capture: a host-to-device copy cannot be captured.
+        self.offsets_t = torch.tensor(self.offsets, device=device)[:, None, None]
+        self.d_t = torch.arange(1, STEPS + 1, device=device)[:, None, None]
         self.kv_indices = torch.empty(sum(caps) + 1, dtype=torch.int32, device=device)
         self.kv_indptr = torch.zeros(STEPS, self.rows + 1, dtype=torch.int32, device=device)
         self.branch = torch.arange(self.topk, device=device).repeat(c["bucket"])
@@ -100,14 +103,12 @@ class Chain:
         self.temp_bytes = sum(t.numel() * t.element_size() for t in temps + [indptr, start, dest])
 
     def round(self):
-        d = torch.arange(1, STEPS + 1, device=self.kv_indices.device)[:, None, None]
-        lens, col, slots, temps = self._cells(d, self.c["ctx"] + STEPS)
+        lens, col, slots, temps = self._cells(self.d_t, self.c["ctx"] + STEPS)
         indptr = torch.cumsum(lens, 1)  # (steps, rows, 1)
         self.kv_indptr[:, 1:] = indptr[:, :, 0]
         start = indptr - lens
-        offsets = torch.tensor(self.offsets, device=d.device)[:, None, None]
         spare = self.kv_indices.numel() - 1
-        dest = torch.where(col < lens, start + col + offsets, spare)
+        dest = torch.where(col < lens, start + col + self.offsets_t, spare)
         values = slots.expand_as(dest).reshape(-1)
         self.kv_indices.scatter_(0, dest.view(-1), values)
         self.temp_bytes = sum(t.numel() * t.element_size()
