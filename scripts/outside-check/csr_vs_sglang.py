@@ -166,6 +166,15 @@ def compare(case, ours, indptr, indices, positions, mod) -> tuple[list[str], int
     return problems, documented
 
 
+def write(path, tally, t0, a, torch, triton, complete):
+    tally.update(seconds=round(time.time() - t0, 1), seed=a.seed, device=a.device,
+                 sglang_wheel=os.path.basename(a.wheel), torch=torch.__version__,
+                 triton=triton.__version__, python=platform.python_version(), complete=complete)
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(tally, f, indent=1)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--wheel", default=os.environ.get("SPECGRAPH_SGLANG_WHEEL"),
@@ -226,16 +235,12 @@ def main(argv=None) -> int:
         if (i + 1) % 50 == 0:
             print(f"{i + 1} cases, {tally['disagree']} launches disagree "
                   f"({time.time() - t0:.0f} s)", flush=True)
-    tally.update(seconds=round(time.time() - t0, 1), seed=a.seed, device=a.device,
-                 sglang_wheel=os.path.basename(a.wheel), torch=torch.__version__,
-                 triton=triton.__version__, python=platform.python_version())
+            write(a.json, tally, t0, a, torch, triton, complete=False)  # a cut run still counts
+    write(a.json, tally, t0, a, torch, triton, complete=True)
     print(f"csr_vs_sglang: {tally['cases']} cases, {tally['launches']} SGLang launches "
           f"({tally['steps_compared']} steps): {tally['agree']} agree, {tally['disagree']} "
           f"disagree; {tally['padded_indptr_differences']} padded-row kv_indptr entries differ as "
           f"documented ({tally['padded_cases']} padded cases)")
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump(tally, f, indent=1)
     return 1 if tally["disagree"] else 0
 
 
