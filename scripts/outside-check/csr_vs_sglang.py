@@ -18,7 +18,7 @@ runner's padding (seq_len 1, req_pool_index 0, positions 0; pool row 0 is the du
 
 Compared per step: kv_indices (every cell the step uses, and nothing written past it), and
 kv_indptr. For padded rows SGLang's kv_indptr follows `positions` while its indices are placed by
-seq_len (docs/csr.md section 7): those entries are expected to differ from specgraph's; the check
+seq_len (docs/csr.md sections 2 and 8): those entries are expected to differ from specgraph's; the check
 verifies they are exactly sum(positions[:q]) + q * d, and counts them apart.
 
     TRITON_INTERPRET=1 python scripts/outside-check/csr_vs_sglang.py \
