@@ -1,13 +1,14 @@
 // The CSR draft-decode indices (docs/csr.md): one step and a whole round (every step in one
 // launch) on every available executor, with the entries and bytes each launch writes. CUDA is
 // timed with events (manual time, host submission excluded); the host executor by wall clock.
-// Inputs: `bucket` requests at seq_len drawn from [ctx / 2, ctx - 64], topk branches, page size
-// 16, 5 draft steps, int32 indices sized exactly (C_s = rows * (ctx + s + 1)).
+// Inputs: `bucket` requests, request r at seq_len = ctx / 2 + (r * 2654435761) % (ctx / 2 - 63)
+// (spread over [ctx / 2, ctx - 64], a closed form so that bench/peer_csr_torch.py builds the very
+// same case), pool row r + 1, req_to_token[i] = i, topk branches, page size 16, 5 draft steps,
+// int32 indices sized exactly (C_s = rows * (ctx + s + 1)).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,6 @@ void csr_benchmark(benchmark::State& state, const std::string& kind) {
   const auto topk = static_cast<std::int32_t>(state.range(1));
   const auto ctx = static_cast<std::int32_t>(state.range(2));
   const bool round = state.range(3) != 0;
-  std::mt19937_64 rng(11);
   // Rows carry headroom for the branch regions: ctx + topk * ps * 2 + steps positions.
   const std::int64_t width = ctx + static_cast<std::int64_t>(topk) * ps * 2 + steps;
   std::vector<std::int32_t> rtt(static_cast<std::size_t>((bucket + 1) * width));
@@ -41,7 +41,8 @@ void csr_benchmark(benchmark::State& state, const std::string& kind) {
   std::int64_t kept = 0;
   for (std::int32_t r = 0; r < bucket; ++r) {
     pool.push_back(r + 1);
-    seq.push_back(static_cast<std::int32_t>(ctx / 2 + rng() % (ctx / 2 - 63)));
+    seq.push_back(
+        static_cast<std::int32_t>(ctx / 2 + (r * std::int64_t{2654435761}) % (ctx / 2 - 63)));
     kept += seq.back();
   }
   const std::int64_t rows = static_cast<std::int64_t>(bucket) * topk;
@@ -96,11 +97,14 @@ void csr_benchmark(benchmark::State& state, const std::string& kind) {
 
 int main(int argc, char** argv) {
   using namespace specgraph::bench;
+  load_modules_eagerly();
   for (const std::string& kind : available_executors()) {
     benchmark::RegisterBenchmark(("csr/" + kind).c_str(),
-                                 [kind](benchmark::State& s) { csr_benchmark(s, kind); })
+                                 guarded([kind](benchmark::State& s) { csr_benchmark(s, kind); }))
         ->ArgNames({"bucket", "topk", "ctx", "round"})
         ->ArgsProduct({{8, 64}, {1, 8}, {1024, 4096}, {0, 1}})
+        ->Args({256, 8, 4096, 0})  // the GPU check's largest bucket (docs/gpu-check.md)
+        ->Args({256, 8, 4096, 1})
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
   }

@@ -23,7 +23,7 @@
 #   summary.json  every step: name, status (ok|failed|timeout|skipped|refused), seconds, budget,
 #                 note, counts (tests passed/failed/skipped, errors, timings, ...); the answers
 #   logs.tar.gz   every step's log, the JUnit files (ctest, smoke, pytest), the run-compare JSON,
-#                 bench_NAME.json per benchmark selection, peer-torch.json
+#                 bench_NAME.json per benchmark selection, peer-torch.json, peer-csr.json
 # Both summaries are rewritten after every step and on exit, INT or TERM, so an interrupted run
 # still says how far it got. Exit status: non-zero if a step failed or timed out (and, with
 # --dry-run, if the contract check fails). A refused sanitizer or a skipped step is not a failure.
@@ -40,22 +40,24 @@ set -uo pipefail
 # (slowest, least likely to finish) last. Sum <= 480 - PACKAGING_RESERVE; the order rules and the
 # sum are checked at start and by the contract (scripts/gpu-check/contract.py).
 STEPS=(machine deps build smoke tests run-compare python torch-example benchmarks peer-torch
-  memcheck initcheck)
+  peer-csr memcheck initcheck)
 declare -A BUDGET=(
   [machine]=5         # nvidia-smi, tool versions: a few seconds
-  [deps]=40           # unpack .deps/debs + a link probe ~10 s (+25 s if GoogleTest must be
+  [deps]=35           # unpack .deps/debs + a link probe ~10 s (+25 s if GoogleTest must be
                       # rebuilt); tvm_ffi's wheel installed offline ~3 s
-  [build]=100         # ~160 CPU-s of compiles (Python extension included), longest ~25 s: ~45 s on 16
-  [smoke]=30          # WHILE-node and device-counter C++ tests on CUDA, the torch device-depth
-                      # tests: ~3 s of C++, torch import + CUDA context ~8 s
+  [build]=85          # ~190 CPU-s of compiles (Python extension included), longest ~25 s: ~50 s on 16
+  [smoke]=30          # WHILE-node, device-counter and CSR C++ tests on CUDA, the torch
+                      # device-depth tests: ~4 s of C++, torch import + CUDA context ~8 s
   [tests]=40          # every ctest test (not python.pytest), cuda instances included
-  [run-compare]=15    # two small seeded simulated runs, ~1.5 s each on the host executor
+  [run-compare]=15    # two small seeded simulated runs (both formats), a few seconds each
   [python]=50         # pytest: test_torch_cuda.py first (its own JUnit), then the rest
   [torch-example]=30  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each
-  [benchmarks]=45     # the selection in BENCH_RUNS (~60 cuda benchmarks at min_time 0.005 s)
+  [benchmarks]=50     # the selection in BENCH_RUNS (~66 cuda benchmarks at min_time 0.005 s)
   [peer-torch]=15     # bench/peer_torch.py at buckets 1, 64, 256
-  [memcheck]=60       # cuda tests of the binaries that have some, 4 binaries at a time
+  [peer-csr]=20       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
+                      # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
+  [memcheck]=55       # cuda tests of the binaries that have some, 4 binaries at a time
   [initcheck]=35      # same, initcheck
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
@@ -69,8 +71,10 @@ PROPERTY_CASES=100    # SPECGRAPH_PROPERTY_CASES under compute-sanitizer
 # timing assertions a sanitizer's slowdown breaks. Only binaries listing a test for it run.
 SANITIZER_FILTER='*cuda*:*Cuda*-*TimeDevice*:*StageReturns*'
 # The smoke step's C++ part, binary:gtest filter (the newest CUDA paths: WHILE node, device
-# counter, the WHILE round's iteration limit, and time_device, which the benchmarks rely on).
+# counter, the WHILE round's iteration limit, the CSR indices kernel and its round operations, and
+# time_device, which the benchmarks rely on). The tests step runs them again with everything else.
 SMOKE_CPP=("device_steps_test:Executors/DeviceSteps.*/cuda" "round_limits_test:Executors/RoundLimits.*/cuda"
+           "kv_indices_test:Executors/KvIndices.*/cuda" "csr_ops_test:Executors/CsrOps.*/cuda"
            "executor_test:*TimeDevice*cuda*")
 # ... and its torch part: the DraftGraphs device-counter and device-depth tests on the GPU.
 SMOKE_PYTEST=(python/tests/test_torch_cuda.py -k "device_counter or device_decide_the_depth")
@@ -82,9 +86,14 @@ BENCH_RUNS=(
   "step_time|bench_graphs|^replay/step_device_time/(graph|eager)/cuda/bucket:(1|64|256)/step:(0|4)/"
   "round|bench_graphs|^replay/(round_device_time|stage_and_round)/[a-z_]+/cuda/bucket:(1|64|256)/"
   "throughput|bench_throughput|^draft_step/(graph|eager)/cuda/bucket:(1|64|256)/step:(0|4)/"
+  "csr|bench_csr|^csr/cuda/bucket:(8|64|256)/topk:8/ctx:4096/round:(0|1)/"
 )
 BENCH_MIN_TIME=0.005
 PEER_TORCH_BUCKETS=1,64,256
+# bench/peer_csr_torch.py's configurations (bucket x topk x ctx; bench_csr has each of them), the
+# first one also checked against `specgraph metadata kv-indices` (its cells <= PEER_CSR_CHECK).
+PEER_CSR_CONFIGS=8x8x4096,64x8x4096,256x8x4096
+PEER_CSR_CHECK=2000000
 # The run-compare configuration: small, seeded, every round verified against float64, both
 # attention paths (FA3 tables and CSR indices), each verified and compared with the other.
 RUN_CONFIG=(--max-batch 8 --topk 4 --steps 5 --page-size 16 --heads 4 --head-dim 64

@@ -16,6 +16,7 @@ QUESTIONS = [
     ("main_job", "specgraph run --executor cuda against its float64 reference"),
     ("sanitizers", "memcheck and initcheck"),
     ("while_round", "the WHILE (device-depth) round against per-step replay, same tables"),
+    ("csr", "CSR kv_indptr/kv_indices: one step and a whole round against the torch op chain"),
 ]
 BUCKETS = (1, 64, 256)
 
@@ -171,6 +172,33 @@ def while_round(work):
                      f" round graph {fmt(dev['round_graphs'])}, counter {fmt(dev['device_steps'])});"
                      f" host launch {fmt(host['device_depth'])} vs {fmt(host['per_step'])} us")
     return "; ".join(parts)
+
+
+def csr(work):
+    runs = bench(work, "csr")
+    parts = []
+    for bucket in (8, 64, 256):
+        one = pick(runs, "csr/cuda", bucket=bucket, topk=8, ctx=4096, round=0)
+        whole = pick(runs, "csr/cuda", bucket=bucket, topk=8, ctx=4096, round=1)
+        parts.append(f"bucket {bucket}: step 4 {fmt(us(one))} us "
+                     f"({fmt(one['bytes_written'] / 2**20)} MiB written), round {fmt(us(whole))} us "
+                     f"({fmt(whole['bytes_written'] / 2**20)} MiB)")
+    text = "topk 8, ctx 4096: " + "; ".join(parts)
+    try:
+        with open(os.path.join(work, "logs", "peer-csr.json"), encoding="utf-8") as fh:
+            peer = json.load(fh)
+        rows = [r for r in peer["results"] if r.get("mode") == "graph" and "ratio" in r]
+        if not rows:
+            raise KeyError(f"no CUDA-graph timings beside bench_csr's in peer-csr.json "
+                           f"(device {peer.get('device')})")
+        text += "; torch op chain (CUDA graphs): " + ", ".join(
+            f"bucket {r['bucket']} {r['what']} {fmt(r['torch_chain_us'])} us "
+            f"(torch/specgraph {fmt(r['ratio'])}x)" for r in rows)
+        if peer.get("failures"):
+            text += f"; the chain's output DIFFERS from specgraph's ({peer['failures']})"
+    except (OSError, ValueError, KeyError) as e:
+        text += f"; torch op chain: not answered ({why_not(work, 'peer-csr')}; {e})"
+    return text
 
 
 def main(argv):

@@ -33,14 +33,14 @@ import sys
 import tarfile
 
 STEPS = ["machine", "deps", "build", "smoke", "tests", "run-compare", "python", "torch-example",
-         "benchmarks", "peer-torch", "memcheck", "initcheck"]
+         "benchmarks", "peer-torch", "peer-csr", "memcheck", "initcheck"]
 NO_GPU_STEPS = ["machine", "deps", "build"]  # first, in this order
 GPU_STEPS = {"smoke", "tests", "run-compare", "memcheck", "initcheck", "python", "torch-example",
-             "benchmarks", "peer-torch"}
+             "benchmarks", "peer-torch", "peer-csr"}
 STATUSES = {"ok", "failed", "timeout", "skipped", "refused"}
 MAX_FILES, MAX_DEPTH, MAX_BYTES, LIMIT_SECONDS, SMOKE_LIMIT = 8, 2, 16 << 20, 480, 30
 # What the run must answer (docs/gpu-check.md): the summary's answers, by id.
-QUESTIONS = ["capture", "step_time", "expand", "main_job", "sanitizers", "while_round"]
+QUESTIONS = ["capture", "step_time", "expand", "main_job", "sanitizers", "while_round", "csr"]
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -215,9 +215,9 @@ def check(results, dry_run):
 
 def self_test():
     """The plan rules and the answers check go red on what they must refuse."""
-    good = {"machine": 5, "deps": 40, "build": 100, "smoke": 30, "tests": 40, "run-compare": 15,
-            "python": 50, "torch-example": 30, "benchmarks": 45, "peer-torch": 15,
-            "memcheck": 60, "initcheck": 35}
+    good = {"machine": 5, "deps": 35, "build": 85, "smoke": 30, "tests": 40, "run-compare": 15,
+            "python": 50, "torch-example": 30, "benchmarks": 50, "peer-torch": 15, "peer-csr": 20,
+            "memcheck": 55, "initcheck": 35}
     failures = []
 
     def expect(label, names, budgets, reserve, says=None):

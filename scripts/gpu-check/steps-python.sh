@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Part of scripts/gpu-check.sh (sourced in step mode): the smoke, python, torch-example and
-# peer-torch steps. Python runs the source tree's package with the extension the build step built
+# Part of scripts/gpu-check.sh (sourced in step mode): the smoke, python, torch-example,
+# peer-torch and peer-csr steps. Python runs the source tree's package with the extension the build step built
 # (py_env in steps-build.sh), as ctest's python.pytest does.
 # shellcheck disable=SC2317,SC2034
 
@@ -160,4 +160,27 @@ step_peer_torch() {
   py_env python3 bench/peer_torch.py --buckets "$PEER_TORCH_BUCKETS" \
     --json "$SG_LOGS/peer-torch.json" || { note "bench/peer_torch.py failed"; return 1; }
   note "bench/peer_torch.py at buckets $PEER_TORCH_BUCKETS: $(tail -1 "$SG_LOGS/peer-torch.log" | cut -c1-100)"
+}
+
+# The CSR indices built by a chain of torch ops against bench_csr's cuda kernel on the same cases
+# (bench/peer_csr_torch.py; docs/csr.md). The dry run checks that bench_csr has every
+# configuration the script asks it for, on the host executor.
+step_peer_csr() {
+  [ -f bench/peer_csr_torch.py ] || { note "skipped: no bench/peer_csr_torch.py"; exit $EX_SKIP; }
+  local bench=$SG_BUILD/bench/bench_csr tool=$SG_BUILD/tools/specgraph c n=0 want=0
+  [ -x "$bench" ] || { note "no $bench (build failed?)"; return 1; }
+  for c in ${PEER_CSR_CONFIGS//,/ }; do
+    IFS=x read -r b k x <<<"$c"
+    want=$((want + 2))
+    n=$((n + $("$bench" --benchmark_list_tests \
+      --benchmark_filter="^csr/host/bucket:$b/topk:$k/ctx:$x/round:(0|1)/" 2>/dev/null | grep -c .)))
+  done
+  count bench_csr_host_matches "$n"
+  [ "$n" = "$want" ] || { note "bench_csr has $n of the $want benchmarks of $PEER_CSR_CONFIGS"; return 1; }
+  [ "$SG_DRY" = 1 ] && { note "skipped (dry run): needs a GPU; bench_csr has all $want configurations"; exit $EX_SKIP; }
+  py_env timeout -k 2 $((SG_BUDGET - 3)) python3 bench/peer_csr_torch.py --device cuda \
+    --configs "$PEER_CSR_CONFIGS" --bench-csr "$bench" --min-time 0.01 --specgraph "$tool" \
+    --check-cells "$PEER_CSR_CHECK" --json "$SG_LOGS/peer-csr.json" ||
+    { note "bench/peer_csr_torch.py failed: $(tail -1 "$SG_LOGS/peer-csr.log" | cut -c1-100)"; return 1; }
+  note "bench/peer_csr_torch.py at $PEER_CSR_CONFIGS: $(tail -1 "$SG_LOGS/peer-csr.log" | cut -c1-100)"
 }
