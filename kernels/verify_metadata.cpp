@@ -73,6 +73,34 @@ std::int64_t verify_mask_cells_capacity(std::int32_t batch, std::int32_t max_seq
          verify_kv_indices_capacity(batch, max_seq_len, draft_tokens);
 }
 
+std::string verify_capacity_report(std::int32_t max_batch, std::int32_t max_seq_len,
+                                   std::int32_t page_size, std::int32_t draft_tokens) {
+  const std::int64_t b = max_batch, m = max_seq_len, d = draft_tokens;
+  const std::int64_t pages = verify_prefix_columns(max_seq_len, page_size);
+  const std::int64_t kv = verify_kv_indices_capacity(max_batch, max_seq_len, draft_tokens);
+  const std::int64_t packed = verify_packed_mask_capacity(max_batch, max_seq_len, draft_tokens);
+  const std::int64_t sglang_mask = b * d * m;
+  // int32 cells: the prefix table, its three vectors, the expand table and its three, the five
+  // FlashInfer vectors and kv_indices; the packed mask in bytes.
+  const std::int64_t fa3_bytes = 4 * (b * pages + 3 * b + 2 + b * d * d + 3 * b * d + 2);
+  const std::int64_t flashinfer_bytes = 4 * (kv + 5 * b + 4) + packed;
+  std::string s = "verify (D = " + std::to_string(d) + "): fa3 prefix table " + std::to_string(b) +
+                  " x " + std::to_string(pages) + ", expand table " + std::to_string(b * d) +
+                  " x " + std::to_string(d) + ", " + std::to_string(fa3_bytes) +
+                  " bytes; flashinfer kv_indices " + std::to_string(b) + " x (" +
+                  std::to_string(m) + " + " + std::to_string(d) + ") = " + std::to_string(kv) +
+                  ", packed mask " + std::to_string(packed) + " bytes, " +
+                  std::to_string(flashinfer_bytes) + " bytes in all; engine mask reservation " +
+                  std::to_string(b) + " x " + std::to_string(d) + " x " + std::to_string(m) +
+                  " = " + std::to_string(sglang_mask) + " bytes";
+  if (packed > 0) {
+    const std::int64_t tenths = (10 * sglang_mask + packed / 2) / packed;
+    s += " (" + std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) +
+         "x the packed mask)";
+  }
+  return s + "\n";
+}
+
 std::int64_t verify_mask_cells(const std::int32_t* seq_len, std::int32_t real_batch,
                                std::int32_t draft_tokens) {
   std::int64_t cells = 0;

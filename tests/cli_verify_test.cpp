@@ -8,6 +8,7 @@
 
 #include "tools/json.hpp"
 #include "tools/metadata_command.hpp"
+#include "tools/plan_command.hpp"
 
 namespace specgraph::tools {
 namespace {
@@ -132,6 +133,28 @@ TEST(CliVerify, InvalidInputIsOneLineNamingTheField) {
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
   }
+}
+
+// `specgraph plan --verify-tokens D`: the exact verify buffers of the largest bucket against the
+// engines' mask reservation. B 8, M 4096, ps 16, D 64: prefix 8 x 256 and expand 512 x 64 int32
+// tables with their vectors (4 x 36380 bytes); kv_indices 8 x 4160; packed mask 8 x 33280 bytes;
+// SGLang's mask 8 x 64 x 4096 bytes = 7.9x the packed one.
+TEST(CliVerify, PlanReportsTheVerifyBuffers) {
+  std::ostringstream out, err;
+  const int code = plan_command({"--max-batch", "8", "--topk", "8", "--steps", "5", "--page-size",
+                                 "16", "--max-context", "4096", "--verify-tokens", "64"},
+                                out, err);
+  ASSERT_EQ(code, 0) << err.str();
+  EXPECT_NE(out.str().find("verify (D = 64): fa3 prefix table 8 x 256, expand table 512 x 64, "
+                           "145520 bytes; flashinfer kv_indices 8 x (4096 + 64) = 33280, packed "
+                           "mask 266240 bytes, 399536 bytes in all; engine mask reservation 8 x "
+                           "64 x 4096 = 2097152 bytes (7.9x the packed mask)\n"),
+            std::string::npos)
+      << out.str();
+  std::ostringstream out2, err2;
+  EXPECT_EQ(plan_command({"--verify-tokens", "0"}, out2, err2), 2);
+  EXPECT_NE(err2.str().find("--verify-tokens: 0 is outside [1, 1024]"), std::string::npos)
+      << err2.str();
 }
 
 }  // namespace

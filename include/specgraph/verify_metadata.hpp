@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "specgraph/guard.hpp"
 
@@ -100,6 +101,11 @@ std::int64_t verify_packed_mask_capacity(std::int32_t batch, std::int32_t max_se
                                          std::int32_t draft_tokens);  // batch*ceil(D*(M+D)/8)
 std::int64_t verify_mask_cells_capacity(std::int32_t batch, std::int32_t max_seq_len,
                                         std::int32_t draft_tokens);  // batch * D * (M + D)
+// One line for `specgraph plan --verify-tokens D`: the exact verify buffers of a bucket of
+// `max_batch` at `max_seq_len` (M), page size ps, against what engines reserve for the mask
+// (SGLang: max_batch * D * M bytes). Host only; arguments in the ranges of verify_params.
+std::string verify_capacity_report(std::int32_t max_batch, std::int32_t max_seq_len,
+                                   std::int32_t page_size, std::int32_t draft_tokens);
 // Cells of the mask the formula gives for host seq_len values (the real requests only).
 std::int64_t verify_mask_cells(const std::int32_t* seq_len, std::int32_t real_batch,
                                std::int32_t draft_tokens);
