@@ -104,12 +104,13 @@ verify_case random_case(std::mt19937_64& rng, bool allow_bad, int region) {
   c.prefix_stride = c.prefix_capacity + pick(0, 2);
   c.expand_stride = c.draft_tokens + pick(0, 1);
   if (allow_bad && rng() % 4 == 0) {
-    switch (rng() % 6) {
+    switch (rng() % 7) {
       case 0: c.req_pool_index[rng() % batch] = rng() % 2 ? -1 : c.pool_rows; break;
       case 1: c.seq_len[rng() % batch] = rng() % 2 ? 0 : c.max_seq_len + 1; break;
       case 2: c.req_to_token[rng() % c.req_to_token.size()] = -pick(1, 5); break;
       case 3: c.slot_limit = pick(1, 1 << 20); break;
       case 4: c.width = c.max_seq_len + c.draft_tokens - 1; break;  // rows one too narrow
+      case 5: c.mask.push_back(1); break;  // one cell more: refused unless the mask is a bound
       default:  // lengths that already include D: the mask is D * D per real request short
         for (std::int32_t r = 0; r < c.real_batch; ++r) c.seq_len[r] += c.draft_tokens;
         c.max_seq_len += c.draft_tokens;
