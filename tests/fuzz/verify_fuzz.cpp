@@ -88,7 +88,8 @@ void run(reader& in) {
                      n_prefix <= kh::max_cells && n_expand <= kh::max_cells &&
                      kh::cells(batch, d) <= kh::max_cells && c.kv_capacity <= kh::max_cells &&
                      c.packed_capacity <= kh::max_cells && c.prefix_stride >= 0 &&
-                     c.expand_stride >= 0;
+                     c.expand_stride >= 0 && c.prefix_capacity >= 0 && c.kv_capacity >= 0 &&
+                     c.packed_capacity >= 0;
   verify_params p = verify_params_of(c);
   p.batch = batch;
   if (!sized) {
