@@ -262,12 +262,26 @@ TEST(VerifyValidation, RefusesByNameAndWritesNothing) {
     for (const bool twin : {false, true}) {
       if (!twin && twin_only) continue;
       SCOPED_TRACE(field + (twin ? " (host twin)" : " (launcher)"));
-      // Poisoned outputs; a refusal leaves them so (expect_matches of an all-poison case).
-      verify_outputs o;
-      expect_invalid([&] { o = run_verify(*ex, c, twin); }, field, detail);
-      EXPECT_TRUE(o.kv_indptr.empty());  // run_verify threw before returning any output
+      verify_host_buffers buffers(c);  // poisoned; a refusal leaves every cell so
+      expect_invalid(
+          [&] {
+            if (twin) {
+              verify_metadata_host(buffers.p);
+            } else {
+              launch_verify_metadata(*ex, buffers.p);
+              ex->synchronize();
+            }
+          },
+          field, detail);
+      EXPECT_TRUE(buffers.untouched());
     }
   };
+  {  // the poison check can fail: an accepted call writes
+    const verify_case ok = b1();
+    verify_host_buffers written(ok);
+    verify_metadata_host(written.p);
+    EXPECT_FALSE(written.untouched());
+  }
   expect_refused([](verify_case& c) { c.page_size = 0; }, "page_size", "0 is below the minimum 1",
                  false);
   expect_refused([](verify_case& c) { c.draft_tokens = 1025; }, "draft_tokens",

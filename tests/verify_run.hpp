@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -99,6 +100,73 @@ verify_outputs run_verify(executor& ex, const verify_case& c, bool host_twin = f
       qo.download(),           kv_indptr.download(),     kv_indices.download(), last.download(),
       mask_indptr.download(),  packed_indptr.download(), packed.download(),     guards.download()};
 }
+
+// Every output of a case as poisoned host vectors wired into verify_params (both layouts), for
+// the refusal tests: after a refused call, untouched() says whether every cell kept its poison.
+struct verify_host_buffers {
+  std::vector<std::int32_t> cells[14];
+  std::vector<std::uint8_t> packed;
+  std::vector<guard_word> guards;
+  std::vector<std::int64_t> scratch;
+  verify_params p;
+
+  explicit verify_host_buffers(const verify_case& c) : p(verify_params_of(c)) {
+    const std::size_t b = static_cast<std::size_t>(c.batch()), k = verify_canaries;
+    const std::size_t rows = b * static_cast<std::size_t>(std::max(c.draft_tokens, 0));
+    const std::size_t sizes[14] = {
+        b * static_cast<std::size_t>(std::max<std::int64_t>(c.prefix_stride, 0)),
+        b,
+        b + 1,
+        b + 1,
+        rows * static_cast<std::size_t>(std::max<std::int64_t>(c.expand_stride, 0)),
+        rows,
+        rows + 1,
+        rows + 1,
+        b + 1,
+        b + 1,
+        static_cast<std::size_t>(std::max(c.kv_capacity, 0)),
+        b,
+        b + 1,
+        b + 1};
+    std::int32_t** slots[14] = {
+        &p.prefix_page_table,   &p.prefix_cache_seqlen, &p.prefix_cu_seqlens_q,
+        &p.prefix_cu_seqlens_k, &p.expand_page_table,   &p.expand_cache_seqlen,
+        &p.expand_cu_seqlens_q, &p.expand_cu_seqlens_k, &p.qo_indptr,
+        &p.kv_indptr,           &p.kv_indices,          &p.kv_last_page_len,
+        &p.mask_indptr,         &p.packed_mask_indptr};
+    for (int i = 0; i < 14; ++i) {
+      cells[i].assign(sizes[i] + k, verify_poison);
+      *slots[i] = cells[i].data();
+    }
+    packed.assign(static_cast<std::size_t>(std::max(c.packed_capacity, 0)) + k, verify_poison_byte);
+    guards.assign(verify_guard_count, guard_word{});
+    scratch.assign(
+        static_cast<std::size_t>(std::max<std::int64_t>(
+            verify_scratch_words(std::max(c.batch(), 0), std::max(c.draft_tokens, 0)), 1)),
+        0);
+    p.req_to_token = c.req_to_token.data();
+    p.req_pool_index = c.req_pool_index.data();
+    p.seq_len = c.seq_len.data();
+    p.custom_mask = c.mask.data();
+    p.packed_mask = packed.data();
+    p.guard = guards.data();
+    p.scratch = scratch.data();
+  }
+  bool untouched() const {
+    for (const auto& v : cells) {
+      for (std::int32_t x : v) {
+        if (x != verify_poison) return false;
+      }
+    }
+    for (std::uint8_t x : packed) {
+      if (x != verify_poison_byte) return false;
+    }
+    for (const guard_word& g : guards) {
+      if (g.violations != 0) return false;
+    }
+    return true;
+  }
+};
 
 // `got` = `want` then poison up to got.size() (want's cells are the only ones written).
 template <class T, class W>
