@@ -61,6 +61,10 @@ const char* to_string(kernel_id k) noexcept {
     case kernel_id::sparse_stage: return "sparse_stage";
     case kernel_id::stage_inputs: return "stage_inputs";
     case kernel_id::draft_kv_indices: return "draft_kv_indices";
+    case kernel_id::verify_metadata: return "verify_metadata";
+    case kernel_id::verify_prefix_page_table: return "verify_prefix_page_table";
+    case kernel_id::verify_kv_indices: return "verify_kv_indices";
+    case kernel_id::verify_packed_mask: return "verify_packed_mask";
   }
   return "unknown";
 }

@@ -8,6 +8,7 @@
 #include "kernels/round_control.hpp"
 #include "kernels/sparse_indices.hpp"
 #include "kernels/stage_inputs.hpp"
+#include "kernels/verify_fill.hpp"
 #include "specgraph/row_kernel_cuda.cuh"
 
 namespace specgraph::kernels {
@@ -49,6 +50,31 @@ cuda_rows_fn cuda_kv_fill() {
   return &cuda_rows<kv_fill_kernel>;
 }
 
+cuda_rows_fn cuda_verify_check() {
+  return &cuda_rows<verify_check_kernel>;
+}
+cuda_rows_fn cuda_verify_scan() {
+  return &cuda_rows<verify_scan_kernel>;
+}
+cuda_rows_fn cuda_verify_count() {
+  return &cuda_rows<verify_count_kernel>;
+}
+cuda_rows_fn cuda_verify_scan_rows() {
+  return &cuda_rows<verify_scan_rows_kernel>;
+}
+cuda_rows_fn cuda_verify_prefix_fill() {
+  return &cuda_rows<verify_prefix_fill_kernel>;
+}
+cuda_rows_fn cuda_verify_expand_fill() {
+  return &cuda_rows<verify_expand_fill_kernel>;
+}
+cuda_rows_fn cuda_verify_kv_fill() {
+  return &cuda_rows<verify_kv_fill_kernel>;
+}
+cuda_rows_fn cuda_verify_mask_fill() {
+  return &cuda_rows<verify_mask_fill_kernel>;
+}
+
 int load_cuda_kernels() {
   const int results[] = {cuda_rows_load<expand_page_table_kernel>(),
                          cuda_rows_load<prefix_check_kernel>(),
@@ -61,7 +87,15 @@ int load_cuda_kernels() {
                          cuda_rows_load<continue_condition_kernel>(),
                          cuda_rows_load<kv_check_kernel>(),
                          cuda_rows_load<kv_scan_kernel>(),
-                         cuda_rows_load<kv_fill_kernel>()};
+                         cuda_rows_load<kv_fill_kernel>(),
+                         cuda_rows_load<verify_check_kernel>(),
+                         cuda_rows_load<verify_scan_kernel>(),
+                         cuda_rows_load<verify_count_kernel>(),
+                         cuda_rows_load<verify_scan_rows_kernel>(),
+                         cuda_rows_load<verify_prefix_fill_kernel>(),
+                         cuda_rows_load<verify_expand_fill_kernel>(),
+                         cuda_rows_load<verify_kv_fill_kernel>(),
+                         cuda_rows_load<verify_mask_fill_kernel>()};
   for (const int e : results) {
     if (e != 0) return e;
   }

@@ -17,6 +17,14 @@ cuda_rows_fn cuda_continue_condition();
 cuda_rows_fn cuda_kv_check();
 cuda_rows_fn cuda_kv_scan();
 cuda_rows_fn cuda_kv_fill();
+cuda_rows_fn cuda_verify_check();
+cuda_rows_fn cuda_verify_scan();
+cuda_rows_fn cuda_verify_count();
+cuda_rows_fn cuda_verify_scan_rows();
+cuda_rows_fn cuda_verify_prefix_fill();
+cuda_rows_fn cuda_verify_expand_fill();
+cuda_rows_fn cuda_verify_kv_fill();
+cuda_rows_fn cuda_verify_mask_fill();
 
 // Loads every built-in kernel into the current device's context (cuda_rows_load): the cuda
 // executor calls it when made, so no first launch waits for a lazy module load. Returns the

@@ -39,6 +39,30 @@ cuda_rows_fn cuda_kv_scan() {
 cuda_rows_fn cuda_kv_fill() {
   return nullptr;
 }
+cuda_rows_fn cuda_verify_check() {
+  return nullptr;
+}
+cuda_rows_fn cuda_verify_scan() {
+  return nullptr;
+}
+cuda_rows_fn cuda_verify_count() {
+  return nullptr;
+}
+cuda_rows_fn cuda_verify_scan_rows() {
+  return nullptr;
+}
+cuda_rows_fn cuda_verify_prefix_fill() {
+  return nullptr;
+}
+cuda_rows_fn cuda_verify_expand_fill() {
+  return nullptr;
+}
+cuda_rows_fn cuda_verify_kv_fill() {
+  return nullptr;
+}
+cuda_rows_fn cuda_verify_mask_fill() {
+  return nullptr;
+}
 int load_cuda_kernels() {
   return 0;
 }

@@ -45,7 +45,9 @@ constexpr const char* metadata_usage =
     "commands:\n"
     "  expand     the step's expand page table and cache seqlens (metadata expand --help)\n"
     "  fallback   the sparse fallback's evenly spaced indices (metadata fallback --help)\n"
-    "  kv-indices the CSR draft-decode kv_indptr / kv_indices of every step (docs/csr.md)\n";
+    "  kv-indices the CSR draft-decode kv_indptr / kv_indices of every step (docs/csr.md)\n"
+    "  verify     a draft tree's FA3 cascade tables and FlashInfer indices + mask "
+    "(docs/verify.md)\n";
 
 constexpr const char* expand_usage =
     "usage: specgraph metadata expand < case.json\n"
@@ -83,6 +85,20 @@ constexpr const char* kv_indices_usage =
     "output: {\"kv_indptr\": [num_steps][N + 1], \"kv_indices\": [num_steps][...], "
     "\"violations\": [...]}\n";
 
+constexpr const char* verify_usage =
+    "usage: specgraph metadata verify < case.json\n"
+    "input: one JSON object with the fields (docs/verify.md)\n"
+    "  page_size, num_draft_tokens  ints >= 1 (num_draft_tokens = D, the tree size)\n"
+    "  seq_len          [batch] ints >= 1, committed tokens per request WITHOUT the D verify "
+    "tokens\n"
+    "  req_pool_index   [batch] ints, each request's row of req_to_token\n"
+    "  req_to_token     rows of equal width >= seq_len + D: token slots\n"
+    "  custom_mask      0/1 ints, the tree mask in the engine's full layout (real requests only)\n"
+    "  real_batch       int, requests that are not padding (default batch)\n"
+    "  prefix_capacity, kv_indices_capacity, packed_mask_capacity  ints (default: what is used)\n"
+    "output: {\"fa3\": {\"prefix\": {...}, \"expand\": {...}}, \"flashinfer\": {...}, "
+    "\"violations\": [...]}\n";
+
 bool is_help(const std::string& arg) {
   return arg == "--help" || arg == "-h" || arg == "help";
 }
@@ -100,15 +116,18 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
     return 0;
   }
   const bool expand = args[0] == "expand", fallback = args[0] == "fallback";
-  const bool kv = args[0] == "kv-indices";
-  if (!expand && !fallback && !kv) {
+  const bool kv = args[0] == "kv-indices", verify = args[0] == "verify";
+  if (!expand && !fallback && !kv && !verify) {
     err << "specgraph: error: unknown metadata command " << echo(args[0])
-        << " (commands: expand, fallback, kv-indices; run 'specgraph metadata --help')\n";
+        << " (commands: expand, fallback, kv-indices, verify; run 'specgraph metadata --help')\n";
     return 2;
   }
   if (args.size() > 1) {
     if (args.size() == 2 && is_help(args[1])) {
-      out << (expand ? expand_usage : kv ? kv_indices_usage : fallback_usage);
+      out << (expand   ? expand_usage
+              : kv     ? kv_indices_usage
+              : verify ? verify_usage
+                       : fallback_usage);
       return 0;
     }
     err << "specgraph: error: metadata " << args[0] << " takes no arguments (got " << echo(args[1])
@@ -116,6 +135,7 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
     return 2;
   }
   if (kv) return metadata_kv_indices(in, out, err);
+  if (verify) return metadata_verify(in, out, err);
   return expand ? metadata_expand(in, out, err) : metadata_fallback(in, out, err);
 }
 

@@ -18,5 +18,7 @@ int metadata_expand(std::istream& in, std::ostream& out, std::ostream& err);
 int metadata_fallback(std::istream& in, std::ostream& out, std::ostream& err);
 // `metadata kv-indices`: the CSR draft-decode indices of every step (docs/csr.md).
 int metadata_kv_indices(std::istream& in, std::ostream& out, std::ostream& err);
+// `metadata verify`: the target-verify metadata of a draft tree (docs/verify.md).
+int metadata_verify(std::istream& in, std::ostream& out, std::ostream& err);
 
 }  // namespace specgraph::tools

@@ -11,6 +11,7 @@
 
 #include "specgraph/error.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/verify_metadata.hpp"
 #include "tools/cli_text.hpp"
 
 namespace specgraph::tools {
@@ -23,6 +24,8 @@ constexpr const char* plan_usage =
     "  --buckets 1,2,4,...   (default: the common list up to --max-batch)\n"
     "  --formats fa3|csr|both  the draft-decode metadata held (default fa3; docs/csr.md)\n"
     "  --csr-int64           CSR kv_indices as int64 (Triton) instead of int32 (FlashInfer)\n"
+    "  --verify-tokens D     the target-verify buffers of D-token trees (docs/verify.md; table "
+    "only)\n"
     "  --json [FILE]         the plan as JSON instead of a table: to stdout, or written to FILE\n"
     "                        (as run --json FILE; --json - or a following flag: stdout)\n"
     "defaults: --max-batch 256 --topk 8 --steps 5 --page-size 16 --max-context 4096\n";
@@ -48,8 +51,9 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
   c.max_context_len = 4096;
   c.kv_slots = std::int64_t{1} << 24;
   bool json = false;
-  std::string json_path;                  // empty: stdout
-  std::optional<std::int32_t> pool_rows;  // absent: the default, max_batch + 1
+  std::string json_path;                      // empty: stdout
+  std::optional<std::int32_t> pool_rows;      // absent: the default, max_batch + 1
+  std::optional<std::int32_t> verify_tokens;  // --verify-tokens: the verify line (table only)
   // draft_config field names, for errors raised by validate(): reported as the flag.
   const std::pair<const char*, const char*> flag_of[] = {{"max_batch", "--max-batch"},
                                                          {"topk", "--topk"},
@@ -103,6 +107,13 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         pool_rows = int32();
       } else if (flag == "--kv-slots") {
         c.kv_slots = number(flag, value);
+      } else if (flag == "--verify-tokens") {
+        verify_tokens = int32();
+        if (*verify_tokens < 1 || *verify_tokens > max_draft_tokens) {
+          throw invalid_argument(flag, flag + ": " + std::to_string(*verify_tokens) +
+                                           " is outside [1, " + std::to_string(max_draft_tokens) +
+                                           "]");
+        }
       } else if (flag == "--formats") {
         if (value == "fa3") {
           c.formats = metadata_formats::fa3;
@@ -139,6 +150,9 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
       return 0;
     }
     out << (json ? p.report_json() + "\n" : p.report_text());
+    if (verify_tokens && !json) {
+      out << verify_capacity_report(c.max_batch, c.max_context_len, c.page_size, *verify_tokens);
+    }
     return 0;
   } catch (const invalid_argument& e) {
     std::string message = e.what();

@@ -21,6 +21,10 @@ enum class kernel_id : std::int32_t {
   sparse_stage = 4,
   stage_inputs = 5,
   draft_kv_indices = 6,
+  verify_metadata = 7,           // bad input of the verify kernels (docs/verify.md)
+  verify_prefix_page_table = 8,  // FA3 prefix table columns past prefix_capacity
+  verify_kv_indices = 9,         // FlashInfer kv_indices past kv_indices_capacity
+  verify_packed_mask = 10,       // FlashInfer packed mask bytes past packed_mask_capacity
 };
 
 enum class violation_kind : std::int32_t {

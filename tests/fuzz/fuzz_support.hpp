@@ -106,8 +106,9 @@ inline void check_guard_word(const guard_word& g, const char* context) {
   } else {
     FUZZ_CHECK(g.kind >= 1 && g.kind <= 3, "%s: %d violations, invalid kind %d", context,
                g.violations, g.kind);
-    FUZZ_CHECK(g.kernel >= 1 && g.kernel <= 6, "%s: %d violations, invalid kernel %d", context,
-               g.violations, g.kernel);
+    FUZZ_CHECK(
+        g.kernel >= 1 && g.kernel <= static_cast<std::int32_t>(kernel_id::verify_packed_mask),
+        "%s: %d violations, invalid kernel %d", context, g.violations, g.kernel);
   }
 }
 

@@ -1,6 +1,7 @@
 // libFuzzer harness: tools/json.cpp's parser and the `metadata expand` / `metadata fallback` /
-// `metadata kv-indices` commands, all on every input (the input is the JSON text itself; the
-// kv-indices output check is in json_fuzz_kv.cpp).
+// `metadata kv-indices` / `metadata verify` commands, all on every input (the input is the JSON
+// text itself; the kv-indices and verify output checks are in json_fuzz_kv.cpp and
+// json_fuzz_verify.cpp).
 //
 // Promises checked:
 //   * json::parse returns or throws json_error; a parsed document survives a round trip through
@@ -23,6 +24,7 @@
 
 #include "tests/fuzz/fuzz_support.hpp"
 #include "tests/fuzz/json_fuzz_kv.hpp"
+#include "tests/fuzz/json_fuzz_verify.hpp"
 #include "tools/json.hpp"
 #include "tools/metadata_command.hpp"
 
@@ -334,6 +336,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const run_result kv = run(specgraph::tools::metadata_kv_indices, "kv-indices", input);
   if (kv.code == 0 && kv.out.size() <= max_parsed_output) {
     specgraph::fuzz::check_kv_indices_output(input, kv.out);
+  }
+  const run_result verify = run(specgraph::tools::metadata_verify, "verify", input);
+  if (verify.code == 0 && verify.out.size() <= max_parsed_output) {
+    specgraph::fuzz::check_verify_output(input, verify.out);
   }
   return 0;
 }

@@ -337,8 +337,42 @@ def kv_indices_seeds():
           kv_seed(3, False, 2, False, 3, 4, 2, 40, 9, 1, 2, 20, 6, [(5, 1), (1, 0), (9, 1)]))
 
 
+# ---- verify_fuzz: select (path | bound-only mask << 2), page_size, draft_tokens, batch,
+# real_batch, pool_rows, width, max_seq_len, prefix_capacity, prefix stride byte (< 0xf0:
+# capacity + byte % 3), expand stride byte (< 0xf0: D + byte % 2), kv_indices_capacity,
+# packed_mask_capacity, slot-limit flag, then (seq_len, req_pool_index) per request, the table
+# generator's u16, a bad-entry byte (< 0xc0: none), the mask length byte (< 0xe0: exact, < 0xf0:
+# D * D per real request short, else + 1), the mask density u16 (of 65536) and its generator u16.
+def verify_seed(path, ps, d, real, pool_rows, width, max_seq, prefix_cap, kv_cap, packed_cap,
+                requests, bound=False, length_mode=0, density=40000):
+    e = enc().byte(path | (4 if bound else 0)).value(ps, 1).value(d, 1)
+    e.value(len(requests), 1).value(real, 1).value(pool_rows, 1).value(width, 1)
+    e.value(max_seq, 1).value(prefix_cap, 0).byte(0).byte(0).value(kv_cap, 0)
+    e.value(packed_cap, 0).byte(0)
+    for seq, pool in requests:
+        e.value(seq, 1).value(pool, 0)
+    return e.u16(4321).byte(0).byte(length_mode).u16(density).u16(77).b
+
+
+def verify_seeds():
+    for path in range(4):  # B1's shape: ps 1, D 4, seq_len 5, exact capacities
+        write("verify_fuzz", f"b1-path{path}", verify_seed(path, 1, 4, 1, 1, 9, 5, 5, 9, 5,
+                                                            [(5, 0)]))
+    write("verify_fuzz", "b2-ps4", verify_seed(0, 4, 3, 2, 3, 12, 6, 3, 15, 7, [(6, 1), (3, 2)]))
+    write("verify_fuzz", "b3-padded", verify_seed(3, 1, 3, 1, 2, 8, 4, 4, 11, 5, [(4, 1), (1, 0)]))
+    write("verify_fuzz", "double-count",
+          verify_seed(1, 1, 5, 3, 1, 40, 20, 20, 60, 40, [(12, 0), (8, 0), (17, 0)],
+                      length_mode=0xe0))
+    write("verify_fuzz", "short-capacities",
+          verify_seed(2, 16, 6, 2, 2, 64, 40, 1, 20, 9, [(33, 1), (40, 0)]))
+    write("verify_fuzz", "static-mask-buffer",
+          verify_seed(0, 4, 8, 2, 3, 30, 20, 5, 200, 100, [(9, 1), (20, 2), (1, 0)], bound=True,
+                      length_mode=17))
+
+
 if __name__ == "__main__":
     plan_seeds()
     kernels_seeds()
     runtime_seeds()
     kv_indices_seeds()
+    verify_seeds()
