@@ -34,8 +34,7 @@ struct sparse_config {
 
 // Which draft-decode metadata a plan holds (docs/csr.md): FA3's page tables (the prefix and
 // expand tables draft_runtime runs), the CSR kv_indptr / kv_indices that FlashInfer and Triton
-// read, or both. A csr-only plan is sized and reported; draft_runtime refuses it (its ops write
-// the FA3 tables).
+// read, or both. draft_runtime writes, in every replay mode, the formats the plan holds.
 enum class metadata_formats : std::int32_t { fa3 = 0, csr = 1, both = 2 };
 const char* to_string(metadata_formats f) noexcept;
 
