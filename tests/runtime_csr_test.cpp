@@ -231,5 +231,39 @@ TEST_P(RuntimeCsr, EveryStepRunWritesTheReferenceAndTheForwardReadsIt) {
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(RuntimeCsr);
 
+// A request whose req_to_token row has no room for its branch regions (seq_len near
+// max_context_len, topk 2: staging accepts it, the CSR kernels cannot read its draft positions):
+// its rows are empty, the other request's rows are whole, and checked mode names the CSR buffer,
+// the step, the bucket and the request's first row.
+TEST(RuntimeCsrChecked, ARowWithoutRoomForTheBranchesIsRefusedByName) {
+  const auto ex = make_executor("host");
+  std::mt19937_64 rng(7);
+  draft_config c = random_config(rng, mode::per_step);
+  c.topk = 2;
+  c.num_steps = 3;
+  c.page_size = 4;
+  c.formats = metadata_formats::csr;
+  c.checked = true;
+  sim_engine eng(*ex, c, rng);
+  eng.rt().set_forward([](const step_view&) {});
+  eng.rt().capture();
+  host_round r = csr_round(rng, c, 2);
+  r.seq_len[1] = ctx - 1;  // needs position ctx - 1 + 4 * 1 + 2 (branch 1, draft token 2)
+  eng.rt().stage(r.inputs());
+  try {
+    eng.rt().run_round(1);
+    ADD_FAILURE() << "expected guard_violation";
+  } catch (const guard_violation& e) {
+    EXPECT_NE(std::string(e.what()).find("csr.kv_indices (step 0, bucket 2, row 2)"),
+              std::string::npos)
+        << e.what();
+  }
+  const kv_expected want = reference(eng, r, 2);
+  const auto indptr = eng.read(eng.rt().buffers().csr_kv_indptr(), 5);
+  EXPECT_EQ(indptr, want.indptr[0]);
+  EXPECT_EQ(indptr[4], indptr[2]) << "request 1's rows are empty";
+  EXPECT_EQ(indptr[2], 2 * (r.seq_len[0] + 1)) << "request 0's rows are whole";
+}
+
 }  // namespace
 }  // namespace specgraph::testing
