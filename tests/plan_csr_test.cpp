@@ -134,6 +134,8 @@ TEST(PlanCsr, DeviceStepsHoldEveryStepAtOneStride) {
       EXPECT_EQ(p.layout.csr_kv_indices[static_cast<std::size_t>(s)],
                 b.offset + static_cast<std::size_t>(s * widest * (int64 ? 8 : 4)));
     }
+    const tools::json doc = tools::json::parse(p.report_json());
+    EXPECT_EQ(tools::as_int(doc.members.at("csr").members.at("kv_indices_stride"), "s"), widest);
     c.device_steps = false;
     EXPECT_EQ(make_plan(c).layout.csr_kv_indices_stride, 0) << "per-step: a buffer per step";
   }
