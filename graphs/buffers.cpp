@@ -125,6 +125,16 @@ step_view draft_buffers::view(std::int32_t bucket, std::int32_t step) const {
   if (l.has_fa3) {
     v.expand_cache_seqlen = at<std::int32_t>(l.expand_cache_seqlen[static_cast<std::size_t>(step)]);
   }
+  if (!l.csr_kv_indices.empty()) {
+    const std::int64_t max_rows = plan_->max_rows();
+    v.csr_kv_indptr = csr_kv_indptr() + step * (max_rows + 1);
+    v.csr_kv_indices = csr_kv_indices(step);
+    v.csr_int64 = c.csr_int64;
+    v.csr_capacity = l.csr_capacity[static_cast<std::size_t>(step)];
+    v.csr_capacity_growth = max_rows;
+    v.csr_kv_indptr_stride = max_rows + 1;
+    v.csr_kv_indices_stride = l.csr_kv_indices_stride;
+  }
   v.sparse = sparse();
   return v;
 }

@@ -130,4 +130,49 @@ void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket
   launch_draft_kv_indices(ex, k);
 }
 
+namespace {
+
+// The whole round's launch (steps 0 .. num_steps - 1) computing only the counter's step.
+kv_indices_params device_step_params(const draft_buffers& b, std::int32_t bucket,
+                                     const engine_tables& tables) {
+  SPECGRAPH_EXPECTS(b.plan().config.device_steps, "device_steps",
+                    "false: the plan has a CSR buffer per step (use csr_step_indices)");
+  kv_indices_params k = csr_params(b, bucket, 0, b.plan().config.num_steps, tables);
+  k.device_step = b.device_step();
+  return k;
+}
+
+}  // namespace
+
+void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                const engine_tables& tables) {
+  kv_indices_params k = device_step_params(b, bucket, tables);
+  const plan& p = b.plan();
+  k.kv_indptr = b.csr_kv_indptr();
+  k.kv_indptr_stride = p.max_rows() + 1;
+  k.kv_indices_stride = p.layout.csr_kv_indices_stride;  // C_(num_steps - 1) of the plan's rows
+  void* indices = b.csr_kv_indices(0);
+  if (p.config.csr_int64) {
+    k.kv_indices_i64 = static_cast<std::int64_t*>(indices);
+  } else {
+    k.kv_indices_i32 = static_cast<std::int32_t*>(indices);
+  }
+  launch_draft_kv_indices(ex, k);
+}
+
+void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                const engine_tables& tables, const csr_outputs& out) {
+  kv_indices_params k = device_step_params(b, bucket, tables);
+  check_csr_outputs(b.plan(), out);
+  k.kv_indptr = out.kv_indptr;
+  k.kv_indptr_stride = out.kv_indptr_stride;
+  k.kv_indices_stride = out.kv_indices_stride;
+  if (out.kv_indices_type == index_type::int64) {
+    k.kv_indices_i64 = static_cast<std::int64_t*>(out.kv_indices);
+  } else {
+    k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices);
+  }
+  launch_draft_kv_indices(ex, k);
+}
+
 }  // namespace specgraph

@@ -5,6 +5,7 @@
 #include "device/checks.hpp"
 #include "device/nvtx.hpp"
 #include "graphs/runtime_parts.hpp"
+#include "specgraph/csr_ops.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/ops.hpp"
 #include "specgraph/runtime.hpp"
@@ -20,20 +21,25 @@ draft_runtime::graph_slot& draft_runtime::slot(std::size_t bucket_index, std::in
   return *graphs_[bucket_index * per_bucket + s];
 }
 
-// The work of graph(bucket, step): the round's setup in step 0, the step's metadata, then the
-// engine's forward. Recorded by capture, or launched directly by run_eager.
+// The work of graph(bucket, step): the round's setup in step 0, the step's metadata (the FA3
+// tables, the CSR indices, whichever the plan holds), then the engine's forward. Recorded by
+// capture, or launched directly by run_eager.
 // With a device step counter one body serves every step: the setup runs on the device only at
 // step 0, the step's metadata reads the counter, and the last node advances it.
 void draft_runtime::record_graph_body(std::int32_t bucket, std::int32_t step) {
+  const bool fa3 = plan_->layout.has_fa3;
+  const bool csr = !plan_->layout.csr_kv_indices.empty();
   if (plan_->config.device_steps) {
     setup_round(*ex_, buffers_, bucket, tables_);
-    step_metadata_at_device_step(*ex_, buffers_, bucket);
+    if (fa3) step_metadata_at_device_step(*ex_, buffers_, bucket);
+    if (csr) csr_indices_at_device_step(*ex_, buffers_, bucket, tables_);
     if (forward_all_) forward_all_(view(bucket, 0));
     advance_step(*ex_, buffers_);
     return;
   }
   if (step == 0) setup_round(*ex_, buffers_, bucket, tables_);
-  step_metadata(*ex_, buffers_, bucket, step);
+  if (fa3) step_metadata(*ex_, buffers_, bucket, step);
+  if (csr) csr_step_indices(*ex_, buffers_, bucket, step, tables_);
   const forward_fn& f = forwards_[static_cast<std::size_t>(step)]
                             ? forwards_[static_cast<std::size_t>(step)]
                             : forward_all_;

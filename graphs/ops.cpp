@@ -270,6 +270,9 @@ guard_site guard_site_of(const plan& p, std::int32_t index) {
   if (index >= plan_layout::guard_expand(0) && index < plan_layout::guard_expand(l.num_steps)) {
     return {"expand.page_table", index - plan_layout::guard_expand(0)};
   }
+  if (!l.csr_kv_indices.empty() && index >= l.guard_csr(0) && index < l.guard_csr(l.num_steps)) {
+    return {"csr.kv_indices", index - l.guard_csr(0)};
+  }
   const char* kinds[sparse_stage_kinds] = {"intra", "succ", "inter"};
   const std::int32_t k = index - l.guard_sparse(0);
   if (k >= 0 && k < sparse_stage_kinds) return {std::string("sparse.") + kinds[k], all_steps};

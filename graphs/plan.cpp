@@ -237,12 +237,28 @@ plan make_plan(const draft_config& config) {
   if (csr) {
     // Exact per-step capacities C_s = rows * (max_context_len + s + 1) (docs/csr.md).
     l.csr_kv_indptr = a.add("csr.kv_indptr", all_steps, {c.num_steps, rows + 1}, dtype::int32);
+    const dtype t = c.csr_int64 ? dtype::int64 : dtype::int32;
     for (std::int32_t s = 0; s < c.num_steps; ++s) {
-      const std::int64_t capacity = rows * (static_cast<std::int64_t>(c.max_context_len) + s + 1);
-      l.csr_capacity.push_back(capacity);
-      l.csr_kv_indices.push_back(
-          a.add("csr.kv_indices", s, {capacity}, c.csr_int64 ? dtype::int64 : dtype::int32));
-      p.our_csr_indices_bytes += p.buffers.back().bytes;
+      l.csr_capacity.push_back(rows * (static_cast<std::int64_t>(c.max_context_len) + s + 1));
+    }
+    if (c.device_steps) {
+      // One buffer, a row per step as wide as the widest step, so the kernel that reads the
+      // step on the device finds step s at s * stride; step s still writes only C_s entries.
+      l.csr_kv_indices_stride = l.csr_capacity.back();
+      const std::size_t base =
+          a.add("csr.kv_indices", all_steps, {c.num_steps, l.csr_kv_indices_stride}, t);
+      for (std::int32_t s = 0; s < c.num_steps; ++s) {
+        l.csr_kv_indices.push_back(base + static_cast<std::size_t>(s) *
+                                              static_cast<std::size_t>(l.csr_kv_indices_stride) *
+                                              (c.csr_int64 ? 8 : 4));
+      }
+      p.our_csr_indices_bytes = p.buffers.back().bytes;
+    } else {
+      for (std::int32_t s = 0; s < c.num_steps; ++s) {
+        l.csr_kv_indices.push_back(
+            a.add("csr.kv_indices", s, {l.csr_capacity[static_cast<std::size_t>(s)]}, t));
+        p.our_csr_indices_bytes += p.buffers.back().bytes;
+      }
     }
     l.csr_scratch = a.add("csr.scratch", all_steps, {3 * max_bucket}, dtype::int32);
   }

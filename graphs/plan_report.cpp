@@ -93,7 +93,8 @@ std::string plan::report_json() const {
     for (std::size_t i = 0; i < layout.csr_capacity.size(); ++i) {
       s << (i ? "," : "") << layout.csr_capacity[i];
     }
-    s << "],\"kv_indices_bytes\":" << our_csr_indices_bytes
+    s << "],\"kv_indices_stride\":" << layout.csr_kv_indices_stride
+      << ",\"kv_indices_bytes\":" << our_csr_indices_bytes
       << ",\"today_kv_indices_bytes\":" << today.csr_indices_bytes << ",\"ratio\":"
       << static_cast<double>(today.csr_indices_bytes) / static_cast<double>(our_csr_indices_bytes)
       << '}';

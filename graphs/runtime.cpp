@@ -31,9 +31,6 @@ draft_runtime::draft_runtime(executor& ex, const draft_config& config, engine_ta
 void draft_runtime::init(void* caller_arena) {
   detail::not_null("req_to_token", tables_.req_to_token);
   const draft_config& c = plan_->config;
-  SPECGRAPH_EXPECTS(plan_->layout.has_fa3, "formats",
-                    "csr: draft_runtime writes the FA3 tables; use fa3 or both (CSR-only plans are "
-                    "for sizing and for the kv-indices ops)");
   {
     detail::nvtx_range r(detail::nvtx_register("plan"),
                          static_cast<std::int64_t>(plan_->total_bytes));

@@ -12,6 +12,8 @@
 //          writes kv_indptr[k][q + 1] (row 0 also kv_indptr[k][0]); entry i < len writes its slot
 //          through checked_store against the step's capacity. No atomics on the healthy path.
 // A refused request's rows have length 0: kv_indptr stays complete and monotone.
+// With a device step counter (p.device_step) every pass reads the step from device memory and
+// computes that step alone (kv_active_steps); the grids are sized for the widest step.
 //
 // Preconditions (validate(kv_indices_params); ranges in kv_indices.hpp): rows * (Lmax + d_max)
 // <= INT32_MAX, so every kv_indptr value, every flat index and every capacity fits int32;
@@ -41,6 +43,19 @@ SPECGRAPH_HD std::int32_t kv_kept(const kv_indices_params& p, std::int32_t seq_l
 
 SPECGRAPH_HD std::int32_t kv_max_step_count(const kv_indices_params& p) {
   return p.first_step + p.step_count;  // d of the widest step, <= num_steps
+}
+
+// The launch steps [begin, end) the threads compute (launch step k is step first_step + k): all
+// of them, or with a device step counter the one it holds, or none (begin == end) when it holds
+// a step outside the launch.
+struct kv_steps {
+  std::int32_t begin, end;
+};
+SPECGRAPH_HD kv_steps kv_active_steps(const kv_indices_params& p) {
+  if (p.device_step == nullptr) return {0, p.step_count};
+  const std::int64_t k = static_cast<std::int64_t>(*p.device_step) - p.first_step;  // no overflow
+  if (k < 0 || k >= p.step_count) return {0, 0};
+  return {static_cast<std::int32_t>(k), static_cast<std::int32_t>(k) + 1};
 }
 
 SPECGRAPH_HD std::int64_t kv_span(const kv_indices_params& p) {
@@ -82,8 +97,10 @@ SPECGRAPH_HD bool kv_bad_slot(const kv_indices_params& p, std::int64_t slot) {
   return p.kv_indices_i32 != nullptr && slot > 0x7fffffff;
 }
 
-// The request's view, or false when a scalar is out of range (pool row, seq_len, row width).
-SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, kv_request* out) {
+// The request's view, or false when a scalar is out of range (pool row, seq_len, row width);
+// d_max: the draft tokens the widest computed step reads.
+SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, std::int32_t d_max,
+                                kv_request* out) {
   const std::int32_t pool_row = p.req_pool_index[r];
   const std::int32_t seq_len = p.seq_len[r];
   if (pool_row < 0 || pool_row >= p.pool_rows) return false;
@@ -97,22 +114,23 @@ SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, kv_r
   out->kept = kv_kept(p, seq_len);
   out->branch_region = nnp * p.page_size;
   // The last position read: branch topk - 1, draft token d_max - 1.
-  const std::int64_t last = kv_draft_position(*out, p.topk - 1, kv_max_step_count(p) - 1);
+  const std::int64_t last = kv_draft_position(*out, p.topk - 1, d_max - 1);
   return last < p.req_to_token_stride * p.entry_page_size;
 }
 
-// Records why kv_request_of refused request r (guard row: the request's first query row).
-SPECGRAPH_HD void kv_record_request(const kv_indices_params& p, std::int32_t r, kernel_id id) {
+// Records in `g` why kv_request_of refused request r (guard row: the request's first query row).
+SPECGRAPH_HD void kv_record_request(const kv_indices_params& p, guard_word* g, std::int32_t r,
+                                    kernel_id id) {
   const std::int32_t pool_row = p.req_pool_index[r];
   const std::int32_t seq_len = p.seq_len[r];
   const std::int32_t row = r * p.topk;
   if (pool_row < 0 || pool_row >= p.pool_rows) {
-    guard_record(p.guard, violation_kind::bad_input, id, row, -1, p.pool_rows, pool_row);
+    guard_record(g, violation_kind::bad_input, id, row, -1, p.pool_rows, pool_row);
   } else if (seq_len < 0 || seq_len > p.max_seq_len) {
-    guard_record(p.guard, violation_kind::bad_input, id, row, -1, p.max_seq_len, seq_len);
+    guard_record(g, violation_kind::bad_input, id, row, -1, p.max_seq_len, seq_len);
   } else {  // the row is too narrow for the branch regions: value = the seq_len that needs more
     const std::int64_t width = p.req_to_token_stride * p.entry_page_size;
-    guard_record(p.guard, violation_kind::bad_input, id, row, -1,
+    guard_record(g, violation_kind::bad_input, id, row, -1,
                  width > 0x7fffffff ? 0x7fffffff : static_cast<std::int32_t>(width), seq_len);
   }
 }
@@ -132,19 +150,29 @@ struct kv_check_kernel {
     const auto i = static_cast<std::int32_t>(cell % span);  // span <= INT32_MAX
     const std::int32_t r = q / p.topk;
     const std::int32_t t = q % p.topk;
+    const kv_steps steps = kv_active_steps(p);
+    if (steps.begin == steps.end) {  // a device counter outside the launch: nothing to compute
+      if (cell == 0) {
+        guard_record(p.guard, violation_kind::bad_input, id, 0, -1, kv_max_step_count(p),
+                     *p.device_step);
+      }
+      return;
+    }
+    const std::int32_t d_max = p.first_step + steps.end;
+    guard_word* g = p.guard + steps.begin;  // bad input: the first computed step's word
     kv_request v{};
-    if (!kv_request_of(p, r, &v)) {
+    if (!kv_request_of(p, r, d_max, &v)) {
       if (t == 0 && i == 0) {
-        kv_record_request(p, r, id);
+        kv_record_request(p, g, r, id);
         p.scratch[r] = 1;
       }
       return;
     }
-    if (i >= v.kept + kv_max_step_count(p)) return;
+    if (i >= v.kept + d_max) return;
     if (i < v.kept && t != 0) return;  // prefix entries are the same for every branch
     const std::int64_t slot = kv_slot(p, v, kv_entry_position(p, v, t, i));
     if (kv_bad_slot(p, slot)) {
-      guard_record(p.guard, violation_kind::bad_input, id, q, i, -1, slot);
+      guard_record(g, violation_kind::bad_input, id, q, i, -1, slot);
       p.scratch[r] = 1;
     }
   }
@@ -175,8 +203,10 @@ struct kv_fill_kernel {
   static constexpr const char* name = "draft_kv_indices_fill";
   static constexpr kernel_id id = kernel_id::draft_kv_indices;
 
+  // One step's cells with a device step counter (the step is decided on the device).
   static std::int64_t rows(const params& p) {
-    return static_cast<std::int64_t>(p.step_count) * kv_check_kernel::rows(p);
+    const std::int32_t steps = p.device_step != nullptr ? 1 : p.step_count;
+    return static_cast<std::int64_t>(steps) * kv_check_kernel::rows(p);
   }
 
   template <class T>
@@ -188,8 +218,10 @@ struct kv_fill_kernel {
   }
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t cell) {
+    const kv_steps steps = kv_active_steps(p);
     const std::int64_t per_step = kv_check_kernel::rows(p);
-    const auto k = static_cast<std::int32_t>(cell / per_step);
+    const std::int32_t k = steps.begin + static_cast<std::int32_t>(cell / per_step);
+    if (k >= steps.end) return;  // a device counter outside the launch writes nothing
     const std::int64_t rest = cell % per_step;
     const std::int64_t span = kv_span(p);
     const auto q = static_cast<std::int32_t>(rest / span);
@@ -199,7 +231,7 @@ struct kv_fill_kernel {
     const std::int32_t d = p.first_step + k + 1;
     const bool accepted = p.scratch[r] == 0;
     kv_request v{};
-    if (accepted) kv_request_of(p, r, &v);  // true: the check pass accepted the request
+    if (accepted) kv_request_of(p, r, p.first_step + steps.end, &v);  // true: the check accepted
     const std::int32_t len = accepted ? v.kept + d : 0;
     // topk * (sum of Lw before r + accepted requests before r * d) + t * len: <= INT32_MAX.
     const std::int32_t start =

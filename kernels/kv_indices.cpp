@@ -93,13 +93,17 @@ void validate(const kv_indices_params& p) {
 void validate_contents_host(const kv_indices_params& p) {
   validate(p);
   const std::int64_t width = p.req_to_token_stride * p.entry_page_size;
-  const std::int32_t d_max = p.first_step + p.step_count;
+  // What the kernels will read: the steps they compute (with a device step counter in host
+  // memory, the one it holds; none when it holds a step outside the launch).
+  const kernels::kv_steps steps = kernels::kv_active_steps(p);
+  if (steps.begin == steps.end) return;
+  const std::int32_t d_max = p.first_step + steps.end;
   for (std::int32_t r = 0; r < p.batch; ++r) {
     const std::int32_t pool_row = p.req_pool_index[r];
     in_range(indexed("req_pool_index", r), pool_row, 0, p.pool_rows, "pool_rows");
     between(indexed("seq_len", r), p.seq_len[r], 0, p.max_seq_len, "max_seq_len");
     kernels::kv_request v{};
-    if (!kernels::kv_request_of(p, r, &v)) {
+    if (!kernels::kv_request_of(p, r, d_max, &v)) {
       const std::int64_t last = kernels::kv_draft_position(v, p.topk - 1, d_max - 1);
       detail::throw_invalid(__FILE__, __LINE__, indexed("seq_len", r),
                             std::to_string(v.seq_len) + " needs position " + std::to_string(last) +

@@ -1,4 +1,5 @@
 #include "specgraph/row_kernel_cuda.cuh"
+#include "testing/csr_probe.hpp"
 #include "testing/engine_probe.hpp"
 
 namespace specgraph::testing {
@@ -13,5 +14,8 @@ cuda_rows_fn count_runs_cuda() {
 }
 cuda_rows_fn constant_condition_cuda() {
   return &cuda_rows<constant_condition_kernel>;
+}
+cuda_rows_fn csr_probe_cuda() {
+  return &cuda_rows<csr_probe_kernel>;
 }
 }  // namespace specgraph::testing

@@ -1,3 +1,4 @@
+#include "testing/csr_probe.hpp"
 #include "testing/engine_probe.hpp"
 
 namespace specgraph::testing {
@@ -11,6 +12,9 @@ cuda_rows_fn count_runs_cuda() {
   return nullptr;
 }
 cuda_rows_fn constant_condition_cuda() {
+  return nullptr;
+}
+cuda_rows_fn csr_probe_cuda() {
   return nullptr;
 }
 }  // namespace specgraph::testing

@@ -139,8 +139,9 @@ struct kv_outputs {
   std::vector<guard_word> guards;
 };
 
-// Runs the launcher on `ex`; buffers in executor memory, poisoned.
-kv_outputs run_launch(executor& ex, const kv_case& c) {
+// Runs the launcher on `ex`; buffers in executor memory, poisoned. With `counter`, a device
+// step counter holding *counter (kv_indices_params::device_step).
+kv_outputs run_launch(executor& ex, const kv_case& c, const std::int32_t* counter = nullptr) {
   dvec<std::int32_t> rtt(ex, c.req_to_token), pool(ex, c.req_pool_index), seq(ex, c.seq_len);
   dvec<std::int32_t> indptr(ex, static_cast<std::size_t>(c.step_count * c.indptr_stride), poison32);
   const auto n = static_cast<std::size_t>(c.indices_size());
@@ -160,6 +161,8 @@ kv_outputs run_launch(executor& ex, const kv_case& c) {
   }
   p.guard = guards.data();
   p.scratch = scratch.data();
+  dvec<std::int32_t> step(ex, 1, counter != nullptr ? *counter : 0);
+  if (counter != nullptr) p.device_step = step.data();
   launch_draft_kv_indices(ex, p);
   ex.synchronize();
   kv_outputs out{indptr.download(), {}, guards.download()};
@@ -224,6 +227,72 @@ TEST_P(KvIndices, RandomCasesMatchReference) {
     const kv_case c = random_case(rng, true, false);
     SCOPED_TRACE(describe_case(i, c));
     expect_matches(c, run_launch(*ex, c));
+  }
+}
+
+// A device step counter (docs/device-rounds.md): the launch computes the step the counter holds
+// and nothing else, exactly as a launch of that step alone (the reference of a one-step case,
+// placed at that step's offset, with that step's capacity and guard word); a counter outside the
+// launch's steps writes nothing and records bad_input (row 0, the launch's end, the counter) in
+// guard[0]. Every cell of every output is checked (poison where nothing is written).
+TEST_P(KvIndices, DeviceStepCounterComputesThatStepAlone) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int cases = property_cases(3000);
+  for (int i = 0; i < cases; ++i) {
+    const kv_case c = random_case(rng, true, false);
+    const std::int32_t end = c.first_step + c.step_count;
+    const std::int32_t outside[] = {c.first_step - 1, end, end + 1, -1, INT32_MIN, INT32_MAX};
+    const std::int32_t counter =
+        rng() % 4 == 0 ? outside[rng() % 6]
+                       : c.first_step + static_cast<std::int32_t>(rng() % c.step_count);
+    SCOPED_TRACE(describe_case(i, c) + " counter " + std::to_string(counter));
+    const kv_outputs got = run_launch(*ex, c, &counter);
+    const bool inside = counter >= c.first_step && counter < end;
+    const std::int32_t k = inside ? counter - c.first_step : -1;
+    kv_case one = c;  // the step alone
+    one.first_step = inside ? counter : 0;
+    one.step_count = 1;
+    one.capacity = static_cast<std::int32_t>(c.step_capacity(inside ? k : 0));  // validated
+    one.capacity_growth = 0;
+    const kv_expected want = kv_reference(one);
+    for (std::int32_t s = 0; s < c.step_count; ++s) {
+      for (std::int64_t j = 0; j < c.indptr_stride; ++j) {
+        const bool written = s == k && j <= c.rows();
+        ASSERT_EQ(got.indptr[static_cast<std::size_t>(s * c.indptr_stride + j)],
+                  written ? want.indptr[0][static_cast<std::size_t>(j)] : poison32)
+            << "kv_indptr launch step " << s << " entry " << j;
+      }
+    }
+    std::vector<std::int64_t> cells(static_cast<std::size_t>(c.indices_size()), poison64);
+    if (inside) {
+      const std::size_t stored =
+          std::min(want.ids[0].size(), static_cast<std::size_t>(one.capacity));
+      for (std::size_t f = 0; f < stored; ++f) {
+        cells[static_cast<std::size_t>(c.step_offset(k)) + f] = want.ids[0][f];
+      }
+    }
+    for (std::size_t f = 0; f < cells.size(); ++f) {
+      const std::int64_t w = c.int64_indices ? cells[f] : static_cast<std::int32_t>(cells[f]);
+      ASSERT_EQ(got.indices[f], w) << "kv_indices cell " << f;
+    }
+    for (std::int32_t s = 0; s < c.step_count; ++s) {
+      const guard_word& g = got.guards[static_cast<std::size_t>(s)];
+      if (s == k) {
+        kv_expect_guard(g, want.records[0], one.capacity, s);
+      } else if (!inside && s == 0) {
+        ASSERT_EQ(g.violations, 1);
+        ASSERT_EQ(static_cast<violation_kind>(g.kind), violation_kind::bad_input);
+        ASSERT_EQ(static_cast<kernel_id>(g.kernel), kernel_id::draft_kv_indices);
+        ASSERT_EQ(g.row, 0);
+        ASSERT_EQ(g.column, -1);
+        ASSERT_EQ(g.capacity, end) << "the limit: the launch's last step + 1";
+        ASSERT_EQ(g.value, counter);
+      } else {
+        ASSERT_EQ(g.violations, 0) << "guard of launch step " << s;
+      }
+    }
   }
 }
 

@@ -116,6 +116,31 @@ TEST(PlanCsr, CsrOnlyBuffersHaveNoFa3Tables) {
   std::free(base);
 }
 
+// device_steps: one kv_indices buffer, a row per step as wide as the widest step, so the kernel
+// that reads the step on the device finds step s at s * stride; the capacities stay C_s.
+TEST(PlanCsr, DeviceStepsHoldEveryStepAtOneStride) {
+  for (const bool int64 : {false, true}) {
+    draft_config c = config(6, 3, 4, 100, metadata_formats::both);
+    c.device_steps = true;
+    c.csr_int64 = int64;
+    const plan p = make_plan(c);
+    const std::int64_t rows = 18, widest = rows * (100 + 4);
+    const buffer_spec& b = p.find("csr.kv_indices");
+    ASSERT_EQ(b.shape, (std::vector<std::int64_t>{4, widest}));
+    EXPECT_EQ(p.layout.csr_kv_indices_stride, widest);
+    EXPECT_EQ(p.our_csr_indices_bytes, static_cast<std::size_t>(4 * widest * (int64 ? 8 : 4)));
+    for (std::int32_t s = 0; s < 4; ++s) {
+      EXPECT_EQ(p.layout.csr_capacity[static_cast<std::size_t>(s)], rows * (100 + s + 1));
+      EXPECT_EQ(p.layout.csr_kv_indices[static_cast<std::size_t>(s)],
+                b.offset + static_cast<std::size_t>(s * widest * (int64 ? 8 : 4)));
+    }
+    const tools::json doc = tools::json::parse(p.report_json());
+    EXPECT_EQ(tools::as_int(doc.members.at("csr").members.at("kv_indices_stride"), "s"), widest);
+    c.device_steps = false;
+    EXPECT_EQ(make_plan(c).layout.csr_kv_indices_stride, 0) << "per-step: a buffer per step";
+  }
+}
+
 TEST(PlanCsr, PlanCommandReportsCsrBesideEngineSizing) {
   std::ostringstream out, err;
   ASSERT_EQ(tools::plan_command({"--max-batch", "256", "--topk", "8", "--steps", "5",

@@ -91,6 +91,19 @@ struct step_view {
   // One confidence per query row, written by the forward: the device_depth continue signal.
   float* confidence = nullptr;  // [rows]
 
+  // This step's CSR draft-decode indices (formats csr or both; docs/csr.md), null otherwise:
+  // kv_indptr int32[rows + 1], kv_indices int32 (int64 with csr_int64) of which the first
+  // csr_capacity entries (C_s, the plan's rows) are the step's. device_steps mode: step 0's;
+  // step s is at csr_kv_indptr + s * csr_kv_indptr_stride and at csr_kv_indices + s *
+  // csr_kv_indices_stride elements, its capacity csr_capacity + s * csr_capacity_growth.
+  const std::int32_t* csr_kv_indptr = nullptr;
+  const void* csr_kv_indices = nullptr;
+  bool csr_int64 = false;
+  std::int64_t csr_capacity = 0;
+  std::int64_t csr_capacity_growth = 0;    // max_rows: C_(s+1) - C_s
+  std::int64_t csr_kv_indptr_stride = 0;   // max_rows + 1
+  std::int64_t csr_kv_indices_stride = 0;  // device_steps: C_(num_steps - 1); else 0
+
   sparse_view sparse;
 };
 

@@ -47,4 +47,22 @@ void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket
 void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
                        const engine_tables& tables, const csr_outputs& out);
 
+// Device step counter (config.device_steps; docs/device-rounds.md): the step s the counter
+// (b.device_step()) holds when the kernels run, read on the device, never from the host: written
+// as csr_step_indices(s) writes it (kv_indptr row s, kv_indices of step s with capacity C_s of
+// the bucket's rows, guard word guard_csr(s)). A counter outside [0, num_steps) (a graph
+// replayed past the round, a round launched again without staging) writes nothing and records
+// bad_input in guard_csr(0): row 0, column -1, capacity num_steps, value the counter. One graph
+// per bucket serves every step: the body setup_round, step_metadata_at_device_step (with FA3),
+// csr_indices_at_device_step, the forward, advance_step; and the same body in a WHILE node
+// (device_depth). Into the plan's arena (its device_steps layout: step s at
+// b.csr_kv_indices(s), a stride of plan_layout::csr_kv_indices_stride) or into the engine's
+// buffers (check_csr_outputs runs first). Throws invalid_argument without device_steps, for a
+// plan without CSR, an unplanned bucket or a null req_to_token. Enqueues on ex's stream only;
+// no synchronisation, no allocation; capture-safe.
+void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                const engine_tables& tables);
+void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                const engine_tables& tables, const csr_outputs& out);
+
 }  // namespace specgraph

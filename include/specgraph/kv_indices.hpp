@@ -58,6 +58,14 @@ struct kv_indices_params {
   // Executor memory, kv_indices_scratch_ints(batch) int32 (launchers only; the host twin
   // supplies its own when null).
   std::int32_t* scratch = nullptr;
+  // Device step counter (docs/device-rounds.md), executor memory, or null. When set, the launch
+  // computes only the step the counter holds, read by the kernels: counter s in
+  // [first_step, first_step + step_count) is launch step k = s - first_step, written exactly as a
+  // launch of that step alone would write it (kv_indptr row k, kv_indices at step k's offset with
+  // capacity + k * capacity_growth, guard[k]). A counter outside that range writes nothing and
+  // records bad_input in guard[0] (row 0, column -1, capacity first_step + step_count, value the
+  // counter). The grid covers one step's cells.
+  const std::int32_t* device_step = nullptr;
 };
 
 inline std::int64_t kv_indices_scratch_ints(std::int32_t batch) {

@@ -123,8 +123,9 @@ void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stag
 
 // ---- device step counter (config.device_steps; docs/device-rounds.md) -----------------
 // In this mode setup_round runs only while the device step counter is 0 (its kernels check it),
-// so one graph per bucket holds a whole step: setup_round, step_metadata_at_device_step, the
-// forward, advance_step. Staging resets the counter to 0.
+// so one graph per bucket holds a whole step: setup_round, step_metadata_at_device_step (FA3)
+// and/or csr_indices_at_device_step (CSR, csr_ops.hpp), the forward, advance_step. Staging resets
+// the counter to 0.
 // Step metadata for the step the device counter is at (d = step + 1, capacity d + 1, the
 // step's guard word). Capture-safe; stream: ex's.
 void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket);

@@ -34,8 +34,7 @@ struct sparse_config {
 
 // Which draft-decode metadata a plan holds (docs/csr.md): FA3's page tables (the prefix and
 // expand tables draft_runtime runs), the CSR kv_indptr / kv_indices that FlashInfer and Triton
-// read, or both. A csr-only plan is sized and reported; draft_runtime refuses it (its ops write
-// the FA3 tables).
+// read, or both. draft_runtime writes, in every replay mode, the formats the plan holds.
 enum class metadata_formats : std::int32_t { fa3 = 0, csr = 1, both = 2 };
 const char* to_string(metadata_formats f) noexcept;
 
@@ -152,9 +151,12 @@ struct plan_layout {
   // CSR draft-decode indices (formats csr or both; docs/csr.md): kv_indptr int32[num_steps]
   // [max_rows + 1]; per step s kv_indices int32 or int64 [csr_capacity[s]], exactly
   // C_s = max_rows * (max_context_len + s + 1); the kernels' scratch int32[3 * max_bucket].
+  // Per-step mode: a buffer per step. device_steps mode: one buffer [num_steps][stride], stride
+  // = C_(num_steps - 1), step s at s * stride (its first C_s entries writable).
   std::size_t csr_kv_indptr = 0;
   std::vector<std::size_t> csr_kv_indices;  // [num_steps] (empty without CSR)
   std::vector<std::int64_t> csr_capacity;   // [num_steps]
+  std::int64_t csr_kv_indices_stride = 0;   // elements between steps (device_steps), else 0
   std::size_t csr_scratch = 0;
   std::int32_t guard_csr_base = 0;  // guard_csr(s) = guard_csr_base + s
   std::int32_t guard_csr(std::int32_t step) const { return guard_csr_base + step; }
@@ -189,7 +191,9 @@ struct plan {
   engine_sizing today;  // the comparison sizing
   std::size_t our_prefix_table_bytes = 0;
   std::size_t our_expand_table_bytes = 0;
-  std::size_t our_csr_indices_bytes = 0;  // sum of the exact C_s (0 without CSR)
+  // The CSR kv_indices bytes: the sum of the exact C_s (0 without CSR); with device_steps
+  // num_steps x C_(num_steps - 1).
+  std::size_t our_csr_indices_bytes = 0;
   // The expand tables and cache_seqlens in each mode, whatever this plan's mode (reports).
   std::size_t per_step_expand_bytes = 0;
   std::size_t device_steps_expand_bytes = 0;

@@ -8,7 +8,8 @@
 //     rt.stage(inputs);           // copy + pad into the static inputs of the smallest bucket >= bs
 //     rt.run_round(depth);        // replay steps 0..depth-1 (or rt.replay(s) one at a time)
 //
-// graph(B, s) = [setup_round (step 0 only)] + [step_metadata(s)] + [forward(s)]. The
+// graph(B, s) = [setup_round (step 0 only)] + [step_metadata(s) with FA3] + [csr_step_indices(s)
+// with CSR] + [forward(s)] (the plan's formats decide which metadata; docs/csr.md). The
 // step-invariant prefix metadata and the guard reset run in graph(B, 0) only, so steps are
 // replayed in order 0, 1, ... after each stage().
 //

@@ -9,10 +9,15 @@
 //     outputs equal the independent reference of tests/kv_indices_reference.hpp: kv_indptr rows
 //     whole, stored indices below each step's capacity, every other cell untouched, each step's
 //     guard counting exactly the reference's records and naming the lowest (row, column);
-//   * draft_kv_indices_host accepts no input the kernels would refuse as bad input.
+//   * draft_kv_indices_host accepts no input the kernels would refuse as bad input;
+//   * with a device step counter (kv_indices_params::device_step), only the step it holds is
+//     written, as a launch of that step alone (its reference placed at its offset, its capacity
+//     and guard word); a counter outside the launch writes nothing but one bad_input record in
+//     guard[0] (row 0, column -1, capacity first_step + step_count, value the counter).
 //
-// Byte encoding: the select byte (path = select % 4, int64 indices = bit 2), then the fields in
-// the order read below (tests/fuzz/make_corpus.py writes the seeds).
+// Byte encoding: the select byte (path = select % 4, int64 indices = bit 2, a device step
+// counter = bit 3), then the fields in the order read below (tests/fuzz/make_corpus.py writes
+// the seeds).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +44,7 @@ void run(reader& in) {
   const auto how = static_cast<kh::path>(select % 4);
   kv_case c;
   c.int64_indices = (select >> 2) & 1;
+  const bool device_counter = ((select >> 3) & 1) != 0;
   c.page_size = in.value32(1, 8, limits::max_page_size);
   const std::uint8_t e_mode = in.byte();
   c.entry_page_size = e_mode < 0x80 ? 1 : e_mode < 0xf0 ? c.page_size : in.value32(1, 4, 1 << 20);
@@ -64,6 +70,12 @@ void run(reader& in) {
   const std::int64_t rows = kh::cells(batch, c.topk);
   c.indptr_stride = in.byte() < 0xf0 ? rows + 1 : in.value(0, 16, 0x7fffffff);
   if (in.flag()) c.slot_limit = in.value(1, 4096, std::numeric_limits<std::int64_t>::max());
+  // The counter: mostly one of the launch's steps, sometimes an edge or anything.
+  const std::int32_t counter =
+      device_counter
+          ? in.value32(c.first_step, static_cast<std::int64_t>(c.first_step) + c.step_count - 1,
+                       limits::max_num_steps)
+          : 0;
 
   // Sizes: too large for one input to allocate, or out of range. Such parameters must be
   // refused by validate() (checked on a probe with placeholder pointers), or the input is skipped.
@@ -128,6 +140,8 @@ void run(reader& in) {
   guarded<std::int64_t> i64(c.int64_indices ? static_cast<std::size_t>(n_indices) : 1, stale32);
   guarded<guard_word> guards(static_cast<std::size_t>(c.step_count), guard_word{});
   guarded<std::int32_t> scratch(static_cast<std::size_t>(kv_indices_scratch_ints(batch)), stale32);
+  guarded<std::int32_t> step_word(1, counter);
+  if (device_counter) p.device_step = step_word.data();
   p.req_to_token = rtt.data();
   p.req_pool_index = pool.data();
   p.seq_len = seq.data();
@@ -165,10 +179,46 @@ void run(reader& in) {
   FUZZ_CHECK(indptr.canaries_intact() && i32.canaries_intact() && i64.canaries_intact() &&
                  guards.canaries_intact(),
              "kv_indices: canaries overwritten");
-  const kv_expected want = kv_reference(c);
+  kh::check_unchanged(step_word, std::vector<std::int32_t>{counter}, "kv_indices", "device_step");
+  // What each launch step holds: every step, or with a counter the one it holds (the reference
+  // of that step alone, at its offset) or none.
+  const bool spent = device_counter && (counter < c.first_step ||
+                                        static_cast<std::int64_t>(counter) >=
+                                            static_cast<std::int64_t>(c.first_step) + c.step_count);
+  const std::int32_t only = device_counter && !spent ? counter - c.first_step : -1;
+  std::vector<bool> written(static_cast<std::size_t>(c.step_count), !device_counter);
+  kv_expected want;
+  if (!device_counter) {
+    want = kv_reference(c);
+  } else {
+    want.indptr.assign(static_cast<std::size_t>(c.step_count), {});
+    want.ids.assign(static_cast<std::size_t>(c.step_count), {});
+    want.records.assign(static_cast<std::size_t>(c.step_count), {});
+    if (spent) {
+      want.records[0].push_back({violation_kind::bad_input, 0, -1, counter});
+      const guard_word& g = guards[0];
+      FUZZ_CHECK(g.value == counter && g.capacity == c.first_step + c.step_count,
+                 "kv_indices spent counter %d: guard value %lld capacity %d", counter,
+                 static_cast<long long>(g.value), g.capacity);
+    } else {
+      kv_case one = c;
+      one.first_step = counter;
+      one.step_count = 1;
+      one.capacity = static_cast<std::int32_t>(c.step_capacity(only));  // accepted: fits
+      one.capacity_growth = 0;
+      const kv_expected step = kv_reference(one);
+      const auto k = static_cast<std::size_t>(only);
+      written[k] = true;
+      want.indptr[k] = step.indptr[0];
+      want.ids[k] = step.ids[0];
+      want.records[k] = step.records[0];
+    }
+  }
   for (std::int32_t k = 0; k < c.step_count; ++k) {
+    const bool holds = written[static_cast<std::size_t>(k)];
     for (std::int64_t j = 0; j < c.indptr_stride; ++j) {
-      const std::int32_t w = j <= rows ? want.indptr[k][static_cast<std::size_t>(j)] : stale32;
+      const std::int32_t w =
+          holds && j <= rows ? want.indptr[k][static_cast<std::size_t>(j)] : stale32;
       FUZZ_CHECK(indptr[static_cast<std::size_t>(k * c.indptr_stride + j)] == w,
                  "kv_indptr step %d entry %lld", k, static_cast<long long>(j));
     }
@@ -176,7 +226,7 @@ void run(reader& in) {
     const std::int64_t room = c.indices_stride > 0 ? c.indices_stride : c.step_capacity(k);
     for (std::int64_t f = 0; f < room; ++f) {
       const bool stored =
-          f < c.step_capacity(k) && f < static_cast<std::int64_t>(want.ids[k].size());
+          holds && f < c.step_capacity(k) && f < static_cast<std::int64_t>(want.ids[k].size());
       const std::int64_t w = stored ? want.ids[k][static_cast<std::size_t>(f)] : stale32;
       const auto cell = static_cast<std::size_t>(offset + f);
       const std::int64_t got = c.int64_indices ? i64[cell] : i32[cell];
@@ -194,7 +244,7 @@ void run(reader& in) {
       FUZZ_CHECK(g.row < r.row || (g.row == r.row && g.column <= r.column),
                  "kv_indices step %d: guard names (%d, %d), not the lowest (%d, %d)", k, g.row,
                  g.column, r.row, r.column);
-      FUZZ_CHECK(how != kh::path::host || r.kind != violation_kind::bad_input,
+      FUZZ_CHECK(how != kh::path::host || r.kind != violation_kind::bad_input || spent,
                  "draft_kv_indices_host accepted an input the kernel refuses (row %d)", r.row);
     }
   }

@@ -303,14 +303,16 @@ def runtime_seeds():
     write("runtime_fuzz", "device-depth-rounds", s.bytes())
 
 
-# ---- kv_indices_fuzz: select (path | int64 << 2), page_size, entry mode byte (< 0x80: 1,
+# ---- kv_indices_fuzz: select (path | int64 << 2 | device counter << 3), page_size, entry mode
+# byte (< 0x80: 1,
 # < 0xf0: page_size), topk, num_steps, batch, pool_rows, width, window flag [window, sink],
 # max_seq_len, first_step, step_count, capacity, growth, stride byte (< 0x80: packed), indptr byte
-# (< 0xf0: rows + 1), slot-limit flag, then (seq_len, req_pool_index) per request, the table
-# generator's u16 and a bad-entry byte (< 0xc0: none).
+# (< 0xf0: rows + 1), slot-limit flag, [the device step counter], then (seq_len, req_pool_index)
+# per request, the table generator's u16 and a bad-entry byte (< 0xc0: none).
 def kv_seed(path, int64, ps, paged, topk, steps, pool_rows, width, max_seq, first, count,
-            capacity, growth, requests, window=None):
-    e = enc().byte(path | (4 if int64 else 0)).value(ps, 1).byte(0x90 if paged else 0)
+            capacity, growth, requests, window=None, counter=None):
+    select = path | (4 if int64 else 0) | (8 if counter is not None else 0)
+    e = enc().byte(select).value(ps, 1).byte(0x90 if paged else 0)
     e.value(topk, 1).value(steps, 1).value(len(requests), 1).value(pool_rows, 1).value(width, 1)
     if window:
         e.byte(1).value(window[0], 0).value(window[1], 0)
@@ -318,6 +320,10 @@ def kv_seed(path, int64, ps, paged, topk, steps, pool_rows, width, max_seq, firs
         e.byte(0)
     e.value(max_seq, 0).value(first, 0).value(count, 1).value(capacity, 0).value(growth, 0)
     e.byte(0).byte(0).byte(0)
+    if counter == "past":  # reader::value's edge hi + 1: first_step + step_count
+        e.edge(3)
+    elif counter is not None:
+        e.value(counter, first)
     for seq, pool in requests:
         e.value(seq, 0).value(pool, 0)
     return e.u16(1234).byte(0).b
@@ -335,6 +341,12 @@ def kv_indices_seeds():
           kv_seed(1, False, 1, False, 8, 3, 3, 36, 16, 0, 3, 32, 0, [(12, 1), (9, 2)]))
     write("kv_indices_fuzz", "sub-range",
           kv_seed(3, False, 2, False, 3, 4, 2, 40, 9, 1, 2, 20, 6, [(5, 1), (1, 0), (9, 1)]))
+    for path in range(4):  # A1 under a device step counter at step 2 (the plan's C_s)
+        write("kv_indices_fuzz", f"a1-counter-path{path}",
+              kv_seed(path, path % 2, 1, False, 2, 3, 3, 9, 3, 0, 3, 16, 4, [(3, 1), (2, 2)],
+                      counter=2))
+    write("kv_indices_fuzz", "counter-spent",  # a counter one past the launch: nothing written
+          kv_seed(2, False, 4, True, 2, 2, 1, 6, 6, 0, 2, 16, 2, [(6, 0)], counter="past"))
 
 
 # ---- verify_fuzz: select (path | bound-only mask << 2), page_size, draft_tokens, batch,
