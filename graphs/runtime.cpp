@@ -31,6 +31,7 @@ draft_runtime::draft_runtime(executor& ex, const draft_config& config, engine_ta
 void draft_runtime::init(void* caller_arena) {
   detail::not_null("req_to_token", tables_.req_to_token);
   const draft_config& c = plan_->config;
+  (void)req_to_token_stride(c, tables_);  // its range, before anything is allocated
   SPECGRAPH_EXPECTS(plan_->layout.has_fa3, "formats",
                     "csr: draft_runtime writes the FA3 tables; use fa3 or both (CSR-only plans are "
                     "for sizing and for the kv-indices ops)");
