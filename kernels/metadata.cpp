@@ -171,8 +171,7 @@ void validate(const prefix_params& p) {
   } else {
     between("max_seq_len", p.max_seq_len, 1, limits::max_context_len, "the limit");
     // A wider table (engines allocate req_to_token wider) is read at its own stride.
-    between("req_to_token_stride", p.req_to_token_stride, p.max_seq_len, max_columns,
-            "the limit");
+    between("req_to_token_stride", p.req_to_token_stride, p.max_seq_len, max_columns, "the limit");
   }
   at_least("capacity", p.capacity, 1);
   between("page_table_stride", p.page_table_stride, p.capacity, max_columns, "the limit");

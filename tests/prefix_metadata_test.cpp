@@ -134,8 +134,10 @@ TEST_P(PrefixMetadata, RandomBatchesMatchReference) {
         const std::int32_t pad_slot = c.req_to_token[0];
         const std::int32_t pad_page = ps == 1 && pad_slot < slot_limit ? pad_slot : 0;
         for (std::int64_t col = 0; col < stride; ++col) {
-          ASSERT_EQ(got_table[static_cast<std::size_t>(r * stride + col)],
-                    col == stride - 1 ? poison : col == 0 ? pad_page : 0)
+          ASSERT_EQ(got_table[static_cast<std::size_t>(r * stride + col)], col == stride - 1
+                                                                               ? poison
+                                                                           : col == 0 ? pad_page
+                                                                                      : 0)
               << "refused request " << r << " column " << col;
         }
         continue;

@@ -102,7 +102,8 @@ struct prefix_rig {
 };
 
 model_round model_of(std::int32_t ps, const std::vector<std::int32_t>& rtt, std::int64_t stride,
-                     const std::vector<std::int32_t>& pools, const std::vector<std::int32_t>& lens) {
+                     const std::vector<std::int32_t>& pools,
+                     const std::vector<std::int32_t>& lens) {
   model_config m;
   m.topk = topk;
   m.num_steps = 1;
@@ -251,8 +252,8 @@ TEST_P(PrefixRows, ACorruptedMarkRewritesTheWholeRow) {
   const std::int32_t ps = 4;
   const std::vector<std::int32_t> rtt = make_pool(rng, ps, max_context, 0);
   prefix_rig rig(*ex, ps, rtt, max_context, true);
-  const std::vector<std::int32_t> bad{-1, rig.capacity + 1, 0x7fffffff, -0x7fffffff - 1,
-                                      rig.capacity, 0};
+  const std::vector<std::int32_t> bad{
+      -1, rig.capacity + 1, 0x7fffffff, -0x7fffffff - 1, rig.capacity, 0};
   std::vector<std::int32_t> marks = bad;
   marks.resize(2 * batch, 5);
   rig.ex.copy_to_device(rig.high_water.data(), marks.data(), marks.size() * 4);

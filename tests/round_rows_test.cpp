@@ -98,7 +98,7 @@ TEST_P(RoundRows, LongShortRefusedShortMatchTheModelInEveryMode) {
         SCOPED_TRACE("round " + std::to_string(round));
         host_round r = eng.random_round(rng, 12);
         for (std::int32_t& len : r.seq_len) {
-          len = round == 0 ? 56 + static_cast<std::int32_t>(rng() % 9)  // long: near 64
+          len = round == 0 ? 56 + static_cast<std::int32_t>(rng() % 9)   // long: near 64
                            : 1 + static_cast<std::int32_t>(rng() % 12);  // short
         }
         if (round == 2) {  // refused inputs: only device staging passes them to the kernels
@@ -112,9 +112,9 @@ TEST_P(RoundRows, LongShortRefusedShortMatchTheModelInEveryMode) {
         dvec<std::int64_t> slots(*ex, r.out_cache_loc);
         eng.rt().stage_device({r.batch, pool.data(), seq.data(), slots.data()});
         run_full_round(eng, m);
-        const model_round want = model_draft_round(mc, eng.req_to_token(), r.batch,
-                                                   r.req_pool_index, r.seq_len, r.out_cache_loc,
-                                                   eng.config().num_steps);
+        const model_round want =
+            model_draft_round(mc, eng.req_to_token(), r.batch, r.req_pool_index, r.seq_len,
+                              r.out_cache_loc, eng.config().num_steps);
         if (round == 2) {
           ASSERT_EQ(want.prefix_violations, 2);
           ASSERT_EQ(want.expand_violations[0], 1);
