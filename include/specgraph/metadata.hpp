@@ -10,8 +10,9 @@
 //   * never store outside a buffer's capacity: such stores are skipped and recorded in the guard
 //     word (see guard.hpp).
 // Input *contents* (slot values, last_page_len values) live in device memory and are checked by
-// the kernel itself: a row with a bad input value is not written at all and a bad_input
-// violation is recorded. `*_host()` variants additionally scan the contents on the host and throw
+// the kernel itself: a row with a bad input value is written as a padded row (a sparse head:
+// empty), never left with an earlier round's contents, and a bad_input violation is recorded.
+// `*_host()` variants additionally scan the contents on the host and throw
 // before anything is written; they require host-accessible memory.
 #pragma once
 

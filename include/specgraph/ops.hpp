@@ -104,8 +104,9 @@ void initialize_buffers(executor& ex, const draft_buffers& b);
 // every slot 0): one kernel, after waiting for in.wait_for and before recording in.done.
 // Returns the bucket. Host checks: batch in [1, max_batch], non-null pointers. The contents
 // live in device memory and are checked by the kernels: an int64 index that does not fit int32
-// leaves that request unwritten and records bad_input in the staging guard word; out-of-range
-// pool rows, lengths and slots are refused by the metadata kernels. Capture-safe; stream: ex's.
+// stages that request as a padded one (pool row 0, seq_len 1, every slot 0) and records bad_input
+// in the staging guard word; out-of-range pool rows, lengths and slots are refused by the
+// metadata kernels, which write the refused rows as padded rows. Capture-safe; stream: ex's.
 std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_round_inputs& in);
 
 // Resets the guard words (all but the staging one, which staging resets) and computes the
