@@ -103,7 +103,8 @@ void prefix_bytes_benchmark(benchmark::State& state, const std::string& kind) {
   }
   clock.report(state);
   const double n = rounds > 0 ? static_cast<double>(rounds) : 1.0;
-  const double scalars = 4.0 * (3 * bucket + bucket + 1);  // lpl, prefix_seqlen, mark, cu
+  // last_page_len, prefix_seqlen, cu_seqlens_q, and with marks the mark of each request.
+  const double scalars = 4.0 * ((marks ? 3 : 2) * bucket + bucket + 1);
   state.counters["table_bytes_written"] = 4 * table_cells / n;
   state.counters["bytes_written"] = 4 * table_cells / n + scalars;
   state.counters["pages_in_use_bytes"] = 4 * page_cells / n;
