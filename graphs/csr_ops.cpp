@@ -30,7 +30,7 @@ kv_indices_params csr_params(const draft_buffers& b, std::int32_t bucket, std::i
   detail::not_null("req_to_token", tables.req_to_token);
   kv_indices_params k;
   k.req_to_token = tables.req_to_token;
-  k.req_to_token_stride = c.max_context_len;
+  k.req_to_token_stride = req_to_token_stride(c, tables);
   k.pool_rows = c.pool_rows;
   k.req_pool_index = b.req_pool_index();
   k.seq_len = b.seq_len();

@@ -33,6 +33,13 @@ void check_index_type(const char* field, const index_array& a) {
 
 }  // namespace
 
+std::int64_t req_to_token_stride(const draft_config& c, const engine_tables& tables) {
+  if (tables.req_to_token_stride == 0) return c.max_context_len;
+  detail::between("req_to_token_stride", tables.req_to_token_stride, c.max_context_len,
+                  std::int64_t{1} << 31, "2^31 (at least max_context_len)");
+  return tables.req_to_token_stride;
+}
+
 void check_round_control(const draft_config& c, std::int32_t max_depth, float min_confidence) {
   detail::between("max_depth", max_depth, 0, c.num_steps, "num_steps");
   SPECGRAPH_EXPECTS(!(min_confidence != min_confidence), "min_confidence",  // NaN
@@ -110,7 +117,8 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
   if (!pl.layout.has_fa3) return;  // csr-only: no FA3 prefix table to write
   prefix_params p;
   p.req_to_token = tables.req_to_token;
-  p.req_to_token_stride = c.max_context_len;
+  p.req_to_token_stride = req_to_token_stride(c, tables);
+  p.max_seq_len = c.max_context_len;
   p.pool_rows = c.pool_rows;
   p.req_pool_index = b.req_pool_index();
   p.seq_len = b.seq_len();
@@ -126,6 +134,9 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
   p.guard = b.guards() + plan_layout::guard_prefix;
   p.slot_limit = c.kv_slots;
   p.refused = b.prefix_refused();
+  // Only the cells in use and the ones the previous round left non-zero are written.
+  p.high_water = b.prefix_high_water();
+  p.high_water_before = b.prefix_high_water() + pl.max_bucket();
   p.run_when_zero = c.device_steps ? b.device_step() : nullptr;
   launch_prefix_metadata(ex, p);
 }

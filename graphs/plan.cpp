@@ -213,6 +213,11 @@ plan make_plan(const draft_config& config) {
   }
   l.cu_seqlens_q = a.add("prefix.cu_seqlens_q", all_steps, {max_bucket + 1}, dtype::int32);
   l.prefix_refused = a.add("prefix.refused", all_steps, {max_bucket}, dtype::int32);  // scratch
+  if (fa3) {
+    // Row 0: per request, the leading cells of its prefix row that may be non-zero; row 1: the
+    // prefix kernels' snapshot of row 0 (docs/metadata.md section 2).
+    l.prefix_high_water = a.add("prefix.high_water", all_steps, {2, max_bucket}, dtype::int32);
+  }
   // Expand metadata: per step exactly d + 1 = s + 2 columns; with device steps one table the
   // widest step's width, shared by every step (each still writes only its own s + 2 columns).
   if (!fa3) {

@@ -31,6 +31,7 @@ draft_runtime::draft_runtime(executor& ex, const draft_config& config, engine_ta
 void draft_runtime::init(void* caller_arena) {
   detail::not_null("req_to_token", tables_.req_to_token);
   const draft_config& c = plan_->config;
+  (void)req_to_token_stride(c, tables_);  // its range, before anything is allocated
   {
     detail::nvtx_range r(detail::nvtx_register("plan"),
                          static_cast<std::int64_t>(plan_->total_bytes));

@@ -62,6 +62,14 @@ struct expand_page_table_kernel {
     expand_row(q, row64);
   }
 
+  // The cells of a padded request's row (docs/metadata.md section 4: seq_len 1, every slot 0):
+  // last_page_len 1 % page_size, every page the dummy page 0.
+  SPECGRAPH_HD static void write_padded_row(const params& p, std::int32_t row,
+                                            std::int32_t* table_row) {
+    p.cache_seqlen[row] = 1 % p.page_size + p.decode_length;  // < 2 + 1024
+    for (std::int32_t c = 0; c < p.capacity; ++c) table_row[c] = 0;
+  }
+
   SPECGRAPH_HD static void expand_row(const params& p, std::int64_t row64) {
     // row < 2^24 and stride <= 2^31: the offsets below stay far inside int64.
     const auto row = static_cast<std::int32_t>(row64);
@@ -70,16 +78,19 @@ struct expand_page_table_kernel {
     const std::int64_t* slots = p.cache_loc + row64 * p.cache_loc_stride;
     std::int32_t* table_row = p.page_table + row64 * p.page_table_stride;
 
-    // Input check first, so a row with a bad value is not written at all. A slot whose page id
-    // does not fit the int32 table is refused too (never truncated to another page).
+    // Input check first, so a row with a bad value is written as a padded row instead (no page
+    // id of an earlier round survives in it). A slot whose page id does not fit the int32
+    // table is refused too (never truncated to another page).
     if (last_page_len < 0 || last_page_len >= p.page_size) {
       guard_record(p.guard, violation_kind::bad_input, id, row, -1, p.page_size, last_page_len);
+      write_padded_row(p, row, table_row);
       return;
     }
     for (std::int32_t j = 0; j < p.slots_read; ++j) {
       const std::int64_t slot = slots[j];
       if (slot < 0 || slot >= p.slot_limit || page_of(p, slot) > max_page_id) {
         guard_record(p.guard, violation_kind::bad_input, id, row, j, -1, slot);
+        write_padded_row(p, row, table_row);
         return;
       }
     }

@@ -166,7 +166,13 @@ void validate(const prefix_params& p) {
   at_least("batch", p.batch, 1);
   rows_within_limit(p.batch, p.topk);
   between("pool_rows", p.pool_rows, 1, limits::max_pool_rows, "the limit");
-  between("req_to_token_stride", p.req_to_token_stride, 1, limits::max_context_len, "the limit");
+  if (p.max_seq_len == 0) {
+    between("req_to_token_stride", p.req_to_token_stride, 1, limits::max_context_len, "the limit");
+  } else {
+    between("max_seq_len", p.max_seq_len, 1, limits::max_context_len, "the limit");
+    // A wider table (engines allocate req_to_token wider) is read at its own stride.
+    between("req_to_token_stride", p.req_to_token_stride, p.max_seq_len, max_columns, "the limit");
+  }
   at_least("capacity", p.capacity, 1);
   between("page_table_stride", p.page_table_stride, p.capacity, max_columns, "the limit");
   at_least("slot_limit", p.slot_limit, 1);
@@ -186,8 +192,11 @@ void validate_contents_host(const prefix_params& p) {
     in_range(indexed("req_pool_index", r), p.req_pool_index[r], 0, p.pool_rows, "pool_rows");
     const std::int32_t seq_len = p.seq_len[r];
     at_least(indexed("seq_len", r), seq_len, 0);
-    at_most(indexed("seq_len", r), seq_len, p.req_to_token_stride, "max_context_len");
-    const std::int32_t* tokens = p.req_to_token + p.req_pool_index[r] * p.req_to_token_stride;
+    at_most(indexed("seq_len", r), seq_len,
+            p.max_seq_len > 0 ? std::int64_t{p.max_seq_len} : p.req_to_token_stride,
+            "max_context_len");
+    const std::int32_t* tokens =
+        p.req_to_token + static_cast<std::int64_t>(p.req_pool_index[r]) * p.req_to_token_stride;
     for (std::int64_t pos = 0; pos + p.page_size <= seq_len; pos += p.page_size) {
       in_range(indexed("req_to_token", p.req_pool_index[r], pos), tokens[pos], 0, p.slot_limit,
                "slot_limit");
@@ -198,6 +207,7 @@ void validate_contents_host(const prefix_params& p) {
 void launch_prefix_metadata(executor& ex, const prefix_params& p) {
   validate(p);
   not_null("refused", p.refused);
+  if (p.high_water != nullptr) not_null("high_water_before", p.high_water_before);
   ex.fill_bytes(p.refused, 0, static_cast<std::size_t>(p.batch) * sizeof(std::int32_t));
   const std::int64_t cells = kernels::prefix_check_kernel::rows(p);
   ex.launch(
@@ -209,8 +219,10 @@ void prefix_metadata_host(const prefix_params& p) {
   validate_contents_host(p);
   // The host computation supplies its own scratch: the caller's pointers are host memory here.
   std::vector<std::int32_t> refused(static_cast<std::size_t>(p.batch), 0);
+  std::vector<std::int32_t> marks(static_cast<std::size_t>(p.batch), 0);
   prefix_params q = p;
   q.refused = refused.data();
+  q.high_water_before = marks.data();
   const std::int64_t cells = kernels::prefix_check_kernel::rows(q);
   host_run_rows<kernels::prefix_check_kernel>(&q, cells);
   host_run_rows<kernels::prefix_fill_kernel>(&q, cells);

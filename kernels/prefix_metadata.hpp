@@ -4,16 +4,19 @@
 // cell, so reads of req_to_token and stores of the table are spread over threads instead of one
 // serial loop per request:
 //   check: validates the request (pool row, seq_len; cell j == 0) and the slot of its page j,
-//          records bad_input and flags the request in `refused`;
-//   fill:  for requests not refused, writes page j (or the dummy page 0 past the prefix) and,
-//          in cell 0, last_page_len and prefix_seqlen.
-// A refused request is not written at all. cu_seqlens_q does not depend on the inputs and is
-// written by the check pass for every request.
+//          records bad_input and flags the request in `refused`; cell 0 also snapshots the
+//          row's high-water mark (when marks are kept);
+//   fill:  writes page j (or the dummy page 0 past the prefix) and, in cell 0, last_page_len,
+//          prefix_seqlen and the new high-water mark. A refused request is written as a padded
+//          request (pool row 0, seq_len 1) is: no cell of an earlier round survives in it.
+//          With high-water marks, cells at or past both the new pages and the previous mark are
+//          already zero and are not written.
+// cu_seqlens_q does not depend on the inputs and is written by the check pass for every request.
 //
 // Preconditions (validate(prefix_params); ranges in limits.hpp): 1 <= page_size <= 2^20,
-// topk >= 1, batch * topk <= 2^24, 1 <= pool_rows <= 2^24, 1 <= req_to_token_stride <= 2^28,
-// 1 <= capacity <= page_table_stride <= 2^31, pointers non-null (refused: for the launcher).
-// Cells: [0, batch * capacity).
+// topk >= 1, batch * topk <= 2^24, 1 <= pool_rows <= 2^24, 1 <= seq_limit <= 2^28,
+// seq_limit <= req_to_token_stride <= 2^31, 1 <= capacity <= page_table_stride <= 2^31, pointers
+// non-null (refused, high_water_before: for the launcher). Cells: [0, batch * capacity).
 #pragma once
 
 #include <cstdint>
@@ -42,16 +45,34 @@ SPECGRAPH_HD prefix_cell prefix_cell_of(const prefix_params& p, std::int64_t cel
           static_cast<std::int32_t>(cell % p.capacity)};
 }
 
-SPECGRAPH_HD bool prefix_request_of(const prefix_params& p, std::int32_t r, prefix_request* out) {
-  const std::int32_t pool_row = p.req_pool_index[r];
-  const std::int32_t seq_len = p.seq_len[r];
-  if (pool_row < 0 || pool_row >= p.pool_rows) return false;
-  if (seq_len < 0 || seq_len > p.req_to_token_stride) return false;
+// The longest accepted seq_len: max_context_len, or the row stride when not given.
+SPECGRAPH_HD std::int64_t prefix_seq_limit(const prefix_params& p) {
+  return p.max_seq_len > 0 ? p.max_seq_len : p.req_to_token_stride;
+}
+
+SPECGRAPH_HD void prefix_request_at(const prefix_params& p, std::int32_t pool_row,
+                                    std::int32_t seq_len, prefix_request* out) {
+  // Rows are read at the table's real stride (engines allocate req_to_token wider).
   out->tokens = p.req_to_token + static_cast<std::int64_t>(pool_row) * p.req_to_token_stride;
   out->seq_len = seq_len;
   out->last_page_len = seq_len % p.page_size;
   out->prefix_pages = (seq_len - out->last_page_len) / p.page_size;
+}
+
+SPECGRAPH_HD bool prefix_request_of(const prefix_params& p, std::int32_t r, prefix_request* out) {
+  const std::int32_t pool_row = p.req_pool_index[r];
+  const std::int32_t seq_len = p.seq_len[r];
+  if (pool_row < 0 || pool_row >= p.pool_rows) return false;
+  if (seq_len < 0 || seq_len > prefix_seq_limit(p)) return false;
+  prefix_request_at(p, pool_row, seq_len, out);
   return true;
+}
+
+// What a padded request reads (docs/metadata.md section 4): pool row 0, one token.
+SPECGRAPH_HD prefix_request padding_request(const prefix_params& p) {
+  prefix_request q{};
+  prefix_request_at(p, 0, 1, &q);
+  return q;
 }
 
 // The slot of page j of a request (its first token), as stored in req_to_token.
@@ -78,6 +99,12 @@ struct prefix_check_kernel {
     const prefix_cell c = prefix_cell_of(p, cell);
     const std::int32_t r = c.request;
     if (c.column == 0) {
+      // The mark as the round found it, for the fill pass (which rewrites the mark itself). A
+      // corrupted mark counts as the whole row.
+      if (p.high_water != nullptr) {
+        const std::int32_t mark = p.high_water[r];
+        p.high_water_before[r] = mark < 0 || mark > p.capacity ? p.capacity : mark;
+      }
       // batch * topk <= 2^24: fits int32.
       p.cu_seqlens_q[r] = r * p.topk;
       if (r == p.batch - 1) p.cu_seqlens_q[p.batch] = p.batch * p.topk;
@@ -90,7 +117,7 @@ struct prefix_check_kernel {
           guard_record(p.guard, violation_kind::bad_input, id, r, -1, p.pool_rows, pool_row);
         } else {
           guard_record(p.guard, violation_kind::bad_input, id, r, -1,
-                       static_cast<std::int32_t>(p.req_to_token_stride), p.seq_len[r]);
+                       static_cast<std::int32_t>(prefix_seq_limit(p)), p.seq_len[r]);
         }
         p.refused[r] = 1;
       }
@@ -129,14 +156,28 @@ struct prefix_fill_kernel {
     const prefix_cell c = prefix_cell_of(p, cell);
     const std::int32_t r = c.request;
     prefix_request q{};
-    if (p.refused[r] != 0 || !prefix_request_of(p, r, &q)) return;
+    // A refused request is written as a padded one: nothing of an earlier round survives in
+    // its row (the refusal itself is counted by the check pass).
+    const bool padded = p.refused[r] != 0 || !prefix_request_of(p, r, &q);
+    if (padded) q = padding_request(p);
+    const std::int32_t pages = q.prefix_pages < p.capacity ? q.prefix_pages : p.capacity;
     if (c.column == 0) {
       p.last_page_len[r] = q.last_page_len;
       p.prefix_seqlen[r] = q.seq_len - q.last_page_len;
+      if (p.high_water != nullptr) p.high_water[r] = pages;
     }
+    // Cells past both the pages and the previous mark are zero already: not written.
+    if (p.high_water != nullptr && c.column >= pages && c.column >= p.high_water_before[r]) return;
     std::int32_t* table_row = p.page_table + static_cast<std::int64_t>(r) * p.page_table_stride;
     // Cells past the prefix get the dummy page 0: nothing stale from an earlier round survives.
-    table_row[c.column] = c.column < q.prefix_pages ? prefix_slot(p, q, c.column) / p.page_size : 0;
+    // The padded request's one page (page_size 1) is req_to_token[0][0], kept on page 0 by the
+    // engine (section 1); should it be out of range, the dummy page itself.
+    std::int32_t page = 0;
+    if (c.column < q.prefix_pages) {
+      const std::int32_t slot = prefix_slot(p, q, c.column);
+      page = padded && prefix_check_kernel::bad_slot(p, slot) ? 0 : slot / p.page_size;
+    }
+    table_row[c.column] = page;
     // A prefix longer than the table (a caller's capacity below ceil(max_context_len / ps)):
     // the row's last cell refuses and records each page that does not fit.
     if (c.column == p.capacity - 1) {

@@ -5,7 +5,8 @@
 // strides and capacities in [0, 2^24] (capacities >= 1), a well-formed stage with
 // 0 <= prev < end <= 2^30, 1 <= chunk_len <= 2^30, 1 <= chunk_q_len <= end - prev. Input
 // contents (counts, sizes, indices) live in device memory and are checked here: a head with an
-// out-of-range value is not written at all and a bad_input violation is recorded. Every index
+// out-of-range value is written empty (counts 0, every entry the sentinel: nothing of an earlier
+// stage survives) and a bad_input violation is recorded. Every index
 // is then in [0, end), so every mapping below is in [0, end) too; it is computed in int64 all
 // the same.
 #pragma once
@@ -131,22 +132,37 @@ struct sparse_stage_kernel {
     return written;
   }
 
+  // A refused head: no index of an earlier stage survives. Both counts 0, every entry the
+  // sentinel (docs/metadata.md section 6).
+  SPECGRAPH_HD static void write_empty_head(const params& p, std::int64_t row64) {
+    const auto h = static_cast<std::int32_t>(row64);
+    p.out_vertical_count[h] = 0;
+    p.out_slash_count[h] = 0;
+    std::int32_t* v = p.out_vertical + row64 * p.vertical_capacity;
+    for (std::int32_t c = 0; c < p.vertical_capacity; ++c) v[c] = vertical_sentinel;
+    std::int32_t* sl = p.out_slash + row64 * p.slash_capacity;
+    for (std::int32_t c = 0; c < p.slash_capacity; ++c) sl[c] = slash_sentinel;
+  }
+
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
     const auto h = static_cast<std::int32_t>(row64);
     const std::int32_t vcount = p.vertical_count[h];
     const std::int32_t scount = p.slash_count[h];
     if (vcount < 0 || vcount > p.vertical_stride) {
       guard_record(p.guard, violation_kind::bad_input, id, h, -1, p.vertical_stride, vcount);
+      write_empty_head(p, row64);
       return;
     }
     if (scount < 0 || scount > p.slash_stride) {
       guard_record(p.guard, violation_kind::bad_input, id, h, -1, p.slash_stride, scount);
+      write_empty_head(p, row64);
       return;
     }
     const std::int32_t vsize = p.vertical_size[h];
     const std::int32_t ssize = p.slash_size[h];
     if (vsize < 0 || ssize < 0) {
       guard_record(p.guard, violation_kind::bad_input, id, h, -1, 0, vsize < 0 ? vsize : ssize);
+      write_empty_head(p, row64);
       return;
     }
     // The engine's selected indices are key positions: each must lie in [0, end) (the keys this
@@ -156,6 +172,7 @@ struct sparse_stage_kernel {
     for (std::int32_t i = 0; i < vcount; ++i) {
       if (vin[i] < 0 || vin[i] >= p.stage.end) {
         guard_record(p.guard, violation_kind::bad_input, id, h, i, p.stage.end, vin[i]);
+        write_empty_head(p, row64);
         return;
       }
     }
@@ -163,6 +180,7 @@ struct sparse_stage_kernel {
       if (sin[i] < 0 || sin[i] >= p.stage.end) {
         guard_record(p.guard, violation_kind::bad_input, id, h, p.vertical_stride + i, p.stage.end,
                      sin[i]);
+        write_empty_head(p, row64);
         return;
       }
     }

@@ -1,8 +1,9 @@
 // Per-request code that stages a round's inputs from executor memory into the static inputs of a
 // bucket (docs/metadata.md section 4): requests [0, batch) are copied (int32 or int64 indices,
 // narrowing checked), requests [batch, bucket) are reset to seq_len 1, pool row 0 and every slot
-// 0, so each padded row reads one token on the reserved dummy page. Request 0 also writes the
-// real batch. Host+device.
+// 0, so each padded row reads one token on the reserved dummy page; a refused request (an int64
+// index that does not fit int32) is staged the same way. Request 0 also writes the real batch.
+// Host+device.
 //
 // Preconditions (checked on the host by stage_round): 1 <= batch <= bucket, slots_per_request
 // >= 1, all pointers non-null. One call per request in [0, bucket).
@@ -53,6 +54,13 @@ struct stage_inputs_kernel {
     return v >= -2147483647LL - 1 && v <= 2147483647LL;
   }
 
+  // A padded request: one token on the reserved dummy page.
+  SPECGRAPH_HD static void pad(const params& p, std::int64_t r, std::int64_t* slots) {
+    p.req_pool_index[r] = 0;
+    p.seq_len[r] = 1;
+    for (std::int64_t j = 0; j < p.slots_per_request; ++j) slots[j] = 0;
+  }
+
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t r) {
     if (r == 0) {
       *p.real_batch = p.batch;
@@ -63,23 +71,24 @@ struct stage_inputs_kernel {
     }
     std::int64_t* slots = p.out_cache_loc + r * p.slots_per_request;
     if (r >= p.batch) {
-      p.req_pool_index[r] = 0;
-      p.seq_len[r] = 1;
-      for (std::int64_t j = 0; j < p.slots_per_request; ++j) slots[j] = 0;
+      pad(p, r, slots);
       return;
     }
     const std::int64_t pool_row = load(p.req_pool_index_src, p.pool_index_is_int64, r);
     const std::int64_t seq_len = load(p.seq_len_src, p.seq_len_is_int64, r);
     // A value that does not fit the int32 input tables is refused, never narrowed: the request
-    // is left unwritten and the guard names it.
+    // is staged as a padded request (nothing of an earlier round survives) and the guard names
+    // it.
     if (!fits_int32(pool_row)) {
       guard_record(p.guard, violation_kind::bad_input, id, static_cast<std::int32_t>(r),
                    column_req_pool_index, 0x7fffffff, pool_row);
+      pad(p, r, slots);
       return;
     }
     if (!fits_int32(seq_len)) {
       guard_record(p.guard, violation_kind::bad_input, id, static_cast<std::int32_t>(r),
                    column_seq_len, 0x7fffffff, seq_len);
+      pad(p, r, slots);
       return;
     }
     p.req_pool_index[r] = static_cast<std::int32_t>(pool_row);

@@ -14,6 +14,12 @@ namespace specgraph::testing {
 struct model_config {
   std::int32_t topk = 0, num_steps = 0, page_size = 0, max_context_len = 0;
   std::vector<std::int32_t> buckets;  // strictly increasing
+  // Input ranges (sections 2, 3): pool rows [0, pool_rows), lengths [0, max_context_len], slots
+  // [0, kv_slots). 0: every input is taken to be in range.
+  std::int32_t pool_rows = 0;
+  std::int64_t kv_slots = 0;
+  // Columns per row of req_to_token (an engine's table may be wider); 0: max_context_len.
+  std::int64_t req_to_token_stride = 0;
 };
 
 struct model_round {
@@ -29,6 +35,10 @@ struct model_round {
   std::vector<std::vector<std::int32_t>> expand_table;  // [step][rows][step + 2]
   std::vector<std::vector<std::int32_t>> cache_seqlen;  // [step][rows]
   std::vector<std::vector<std::int64_t>> probe;         // [step][rows]
+  // Refused inputs the guards must count: prefix (one per request whose pool row or length is
+  // out of range, else one per page whose slot is), and per step one per refused query row.
+  std::int32_t prefix_violations = 0;
+  std::vector<std::int32_t> expand_violations;  // [step]
 };
 
 // The smallest bucket holding `batch` (section 4).
@@ -52,7 +62,7 @@ inline std::int64_t model_probe(const std::vector<std::int32_t>& expand_row,
   return static_cast<std::int64_t>(h);
 }
 
-// req_to_token: [pool_rows][max_context_len]; the round's real inputs: `batch` requests.
+// req_to_token: [pool_rows][req_to_token_stride]; the round's real inputs: `batch` requests.
 inline model_round model_draft_round(
     const model_config& c, const std::vector<std::int32_t>& req_to_token, std::int32_t batch,
     const std::vector<std::int32_t>& req_pool_index, const std::vector<std::int32_t>& seq_len,
@@ -75,18 +85,41 @@ inline model_round model_draft_round(
     }
   }
 
-  // Prefix: whole pages only; every cell past the prefix holds the dummy page 0.
+  // Prefix: whole pages only; every cell past the prefix holds the dummy page 0. A request with
+  // an input out of range is written as a padded request (pool row 0, one token), whose page
+  // is the dummy page should its own slot be out of range.
+  const std::int64_t stride = c.req_to_token_stride > 0 ? c.req_to_token_stride : c.max_context_len;
+  const bool checks = c.kv_slots > 0;
+  auto bad_slot = [&](std::int64_t slot) { return checks && (slot < 0 || slot >= c.kv_slots); };
   m.prefix_table.assign(static_cast<std::size_t>(B) * m.prefix_columns, 0);
   for (std::int32_t r = 0; r < B; ++r) {
-    const std::int32_t len = m.seq_len[static_cast<std::size_t>(r)];
+    std::int32_t pool = m.req_pool_index[static_cast<std::size_t>(r)];
+    std::int32_t len = m.seq_len[static_cast<std::size_t>(r)];
+    bool padded = false;
+    if (checks && (pool < 0 || pool >= c.pool_rows || len < 0 || len > c.max_context_len)) {
+      ++m.prefix_violations;
+      padded = true;
+    } else {
+      const std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(pool) * stride;
+      for (std::int32_t j = 0; j * ps < len - len % ps; ++j) {
+        if (bad_slot(tokens[j * ps])) {
+          ++m.prefix_violations;
+          padded = true;
+        }
+      }
+    }
+    if (padded) {
+      pool = 0;
+      len = 1;
+    }
     const std::int32_t partial = len % ps;
     m.last_page_len.push_back(partial);
     m.prefix_seqlen.push_back(len - partial);
-    const std::int32_t* tokens =
-        req_to_token.data() +
-        static_cast<std::size_t>(m.req_pool_index[static_cast<std::size_t>(r)]) * c.max_context_len;
+    const std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(pool) * stride;
     for (std::int32_t j = 0; j * ps < len - partial; ++j) {
-      m.prefix_table[static_cast<std::size_t>(r) * m.prefix_columns + j] = tokens[j * ps] / ps;
+      const std::int32_t slot = tokens[j * ps];
+      m.prefix_table[static_cast<std::size_t>(r) * m.prefix_columns + j] =
+          padded && bad_slot(slot) ? 0 : slot / ps;
     }
   }
   for (std::int32_t r = 0; r <= B; ++r) m.cu_seqlens_q.push_back(r * topk);
@@ -96,12 +129,20 @@ inline model_round model_draft_round(
     const std::int32_t d = s + 1, width = s + 2;
     std::vector<std::int32_t> table(static_cast<std::size_t>(rows) * width, 0), seqlens;
     std::vector<std::int64_t> probes;
+    std::int32_t violations = 0;
     for (std::int32_t row = 0; row < rows; ++row) {
       const std::int32_t r = row / topk;
-      seqlens.push_back(m.last_page_len[static_cast<std::size_t>(r)] + d);
+      // A row with a slot out of range is written as a padded request's row: every page the
+      // dummy page, cache_seqlen 1 % ps + d.
+      bool refused = false;
+      for (std::int32_t j = 0; j < d; ++j) {
+        refused = refused || bad_slot(m.out_cache_loc[static_cast<std::size_t>(row * steps + j)]);
+      }
+      violations += refused ? 1 : 0;
+      seqlens.push_back((refused ? 1 % ps : m.last_page_len[static_cast<std::size_t>(r)]) + d);
       std::int32_t runs = 0;
       std::int64_t last = -1;
-      for (std::int32_t j = 0; j < d; ++j) {
+      for (std::int32_t j = 0; j < d && !refused; ++j) {
         const std::int64_t page = m.out_cache_loc[static_cast<std::size_t>(row * steps + j)] / ps;
         if (runs == 0 || page != last) {
           table[static_cast<std::size_t>(row * width + runs)] = static_cast<std::int32_t>(page);
@@ -119,6 +160,7 @@ inline model_round model_draft_round(
     m.expand_table.push_back(table);
     m.cache_seqlen.push_back(seqlens);
     m.probe.push_back(probes);
+    m.expand_violations.push_back(violations);
   }
   return m;
 }

@@ -284,11 +284,11 @@ TEST_P(Compose, Int32AndInt64IndicesGiveIdenticalTablesAndNothingIsNarrowed) {
   }
   EXPECT_EQ(read_back(*ex, eng.rt().buffers().base(), eng.rt().plan().total_bytes), before);
 
-  // On the device the kernel refuses it: the request is left unwritten and the guard names it.
+  // On the device the kernel refuses it: the request is staged as a padded one (pool row 0,
+  // one token, every slot 0; nothing of the earlier round survives) and the guard names it.
   std::vector<std::int64_t> seq64(r.seq_len.begin(), r.seq_len.end());
   seq64[4] = -(std::int64_t{1} << 40);
   dvec<std::int64_t> pool(*ex, pool64), seq(*ex, seq64), slots(*ex, r.out_cache_loc);
-  const auto pool_before = read_back(*ex, eng.rt().buffers().req_pool_index(), 5);
   eng.rt().stage_device({r.batch, pool.data(), seq.data(), slots.data()});
   eng.rt().run_round(1);
   const guard_word g = eng.rt().read_guards()[plan_layout::guard_stage];
@@ -298,8 +298,13 @@ TEST_P(Compose, Int32AndInt64IndicesGiveIdenticalTablesAndNothingIsNarrowed) {
   EXPECT_EQ(g.row, 2);
   EXPECT_EQ(g.column, 0) << "column 0 names req_pool_index";
   EXPECT_EQ(g.value, (std::int64_t{1} << 32) + 1);
-  EXPECT_EQ(read_back(*ex, eng.rt().buffers().req_pool_index(), 5)[2], pool_before[2])
-      << "the refused request must not be written";
+  const draft_buffers& b = eng.rt().buffers();
+  for (const std::size_t refused : {std::size_t{2}, std::size_t{4}}) {
+    EXPECT_EQ(read_back(*ex, b.req_pool_index(), 5)[refused], 0) << "request " << refused;
+    EXPECT_EQ(read_back(*ex, b.seq_len(), 5)[refused], 1) << "request " << refused;
+    const auto slots_staged = read_back(*ex, b.out_cache_loc(), 5 * 12);
+    for (std::size_t j = 0; j < 12; ++j) EXPECT_EQ(slots_staged[refused * 12 + j], 0);
+  }
 }
 
 // The non-syncing production check: the violation total lands in an engine-owned int32 on the

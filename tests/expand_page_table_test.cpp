@@ -332,7 +332,9 @@ TEST_P(ExpandPageTable, LayoutCheckFlagsMisplacedSlotAndSkipsPaddedRows) {
   EXPECT_EQ(bad.guard.value, 1);     // found offset
 }
 
-TEST_P(ExpandPageTable, BadInputValueInDeviceMemoryLeavesRowUnwritten) {
+// A refused row is written as a padded request's row (docs/metadata.md section 3): every page
+// the dummy page 0, cache_seqlen 1 % ps + d; nothing of what the buffer held survives.
+TEST_P(ExpandPageTable, BadInputValueInDeviceMemoryWritesThePaddedRow) {
   expand_case c;
   c.cache_loc = {23, -4, 31, 32};
   c.cache_loc_stride = 2;
@@ -349,9 +351,10 @@ TEST_P(ExpandPageTable, BadInputValueInDeviceMemoryLeavesRowUnwritten) {
   EXPECT_EQ(run.guard.column, 1);
   EXPECT_EQ(run.guard.value, -4);
   for (int col = 0; col < 3; ++col)
-    EXPECT_EQ(run.table_buffer[static_cast<std::size_t>(3 + col)], poison);
-  EXPECT_EQ(run.seqlen_buffer[1], poison);
+    EXPECT_EQ(run.table_buffer[static_cast<std::size_t>(3 + col)], 0) << "column " << col;
+  EXPECT_EQ(run.seqlen_buffer[1], 1 % 4 + 2);
   EXPECT_EQ(run.table_buffer[6], 7);  // row 1 is fine and written
+  EXPECT_EQ(run.seqlen_buffer[2], 3 + 2);
 }
 
 // Regression (issue 11): a slot whose page id does not fit the int32 table was truncated into a
@@ -371,7 +374,9 @@ TEST_P(ExpandPageTable, SlotWhosePageDoesNotFitInt32IsRefusedNotTruncated) {
   EXPECT_EQ(static_cast<violation_kind>(run.guard.kind), violation_kind::bad_input);
   EXPECT_EQ(run.guard.row, 0);
   EXPECT_EQ(run.guard.value, (std::int64_t{1} << 33) + 1);
-  EXPECT_EQ(run.table_buffer[2], poison) << "row 0 must not be written";
+  EXPECT_EQ(run.table_buffer[2], 0) << "row 0 is a padded row: the dummy page";
+  EXPECT_EQ(run.table_buffer[3], 0) << "row 0 is a padded row: the dummy page";
+  EXPECT_EQ(run.seqlen_buffer[1], 1 % 1 + 1) << "row 0 is a padded row";
   EXPECT_EQ(run.table_buffer[4], 5) << "row 1 is fine";
 }
 

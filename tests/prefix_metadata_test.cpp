@@ -128,10 +128,18 @@ TEST_P(PrefixMetadata, RandomBatchesMatchReference) {
         }
       }
       if (refused_request) {
-        ASSERT_EQ(got_lpl[static_cast<std::size_t>(r)], poison) << "refused request " << r;
-        ASSERT_EQ(got_len[static_cast<std::size_t>(r)], poison) << "refused request " << r;
-        for (std::int64_t col = 0; col < stride; ++col)
-          ASSERT_EQ(got_table[static_cast<std::size_t>(r * stride + col)], poison);
+        // Written as a padded request (pool row 0, one token): no poison survives in the row.
+        ASSERT_EQ(got_lpl[static_cast<std::size_t>(r)], 1 % ps) << "refused request " << r;
+        ASSERT_EQ(got_len[static_cast<std::size_t>(r)], 1 - 1 % ps) << "refused request " << r;
+        const std::int32_t pad_slot = c.req_to_token[0];
+        const std::int32_t pad_page = ps == 1 && pad_slot < slot_limit ? pad_slot : 0;
+        for (std::int64_t col = 0; col < stride; ++col) {
+          ASSERT_EQ(got_table[static_cast<std::size_t>(r * stride + col)], col == stride - 1
+                                                                               ? poison
+                                                                           : col == 0 ? pad_page
+                                                                                      : 0)
+              << "refused request " << r << " column " << col;
+        }
         continue;
       }
       ASSERT_EQ(got_lpl[static_cast<std::size_t>(r)], want_lpl) << "request " << r;
@@ -168,7 +176,9 @@ TEST_P(PrefixMetadata, RandomBatchesMatchReference) {
   }
 }
 
-TEST_P(PrefixMetadata, OutOfPoolIndexIsReportedAndRowLeftUnwritten) {
+// The refused request is written as a padded one (pool row 0, seq_len 1): ps 4 gives
+// last_page_len 1, no whole page, the dummy page in every cell.
+TEST_P(PrefixMetadata, OutOfPoolIndexIsReportedAndTheRowWrittenAsAPaddedRow) {
   dvec<std::int32_t> rtt(*ex, std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10, 11});
   dvec<std::int32_t> pool_index(*ex, std::vector<std::int32_t>{0, 3});  // 3 >= pool_rows 1
   dvec<std::int32_t> seq_len(*ex, std::vector<std::int32_t>{6, 4});
@@ -199,8 +209,9 @@ TEST_P(PrefixMetadata, OutOfPoolIndexIsReportedAndRowLeftUnwritten) {
   EXPECT_EQ(static_cast<violation_kind>(g.kind), violation_kind::bad_input);
   EXPECT_EQ(g.row, 1);
   EXPECT_EQ(g.value, 3);
-  EXPECT_EQ(table.download(), (std::vector<std::int32_t>{1, 0, poison, poison}));
-  EXPECT_EQ(lpl.download(), (std::vector<std::int32_t>{2, poison}));
+  EXPECT_EQ(table.download(), (std::vector<std::int32_t>{1, 0, 0, 0}));
+  EXPECT_EQ(lpl.download(), (std::vector<std::int32_t>{2, 1}));
+  EXPECT_EQ(prefix_len.download(), (std::vector<std::int32_t>{4, 0}));
 }
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(PrefixMetadata);

@@ -312,7 +312,9 @@ TEST_P(Runtime, ASlotEqualToKvSlotsFromDeviceMemoryIsRefused) {
   EXPECT_EQ(g.column, 0);
   EXPECT_EQ(g.value, eng.config().kv_slots);
   const auto table = eng.read(eng.rt().buffers().expand_page_table(0), 6 * 2);
-  EXPECT_EQ(table[6], static_cast<std::int32_t>(0xA5A5A5A5)) << "the refused row was written";
+  EXPECT_EQ(table[6], 0) << "the refused row is written as a padded row";
+  EXPECT_EQ(table[7], 0) << "the refused row is written as a padded row";
+  EXPECT_EQ(eng.read(eng.rt().buffers().expand_cache_seqlen(0), 6)[3], 1 % 4 + 1);
   EXPECT_NE(table[4], static_cast<std::int32_t>(0xA5A5A5A5)) << "row 2 is fine and written";
 }
 

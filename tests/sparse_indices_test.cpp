@@ -275,13 +275,13 @@ TEST_P(SparseStage, RandomSelectionsMatchReference) {
     for (std::int32_t h = 0; h < heads; ++h) {
       const auto hh = static_cast<std::size_t>(h);
       if (h == bad_head) {
-        // Nothing written for the head: its entries and counts keep the poison.
+        // The head is written empty: counts 0, every entry the sentinel; no poison survives.
         for (std::int32_t c = 0; c < vcap; ++c)
-          ASSERT_EQ(run.vertical[static_cast<std::size_t>(h * vcap + c)], -5);
+          ASSERT_EQ(run.vertical[static_cast<std::size_t>(h * vcap + c)], INT32_MAX);
         for (std::int32_t c = 0; c < scap; ++c)
-          ASSERT_EQ(run.slash[static_cast<std::size_t>(h * scap + c)], -5);
-        ASSERT_EQ(run.vertical_count[hh], -5);
-        ASSERT_EQ(run.slash_count[hh], -5);
+          ASSERT_EQ(run.slash[static_cast<std::size_t>(h * scap + c)], INT32_MIN);
+        ASSERT_EQ(run.vertical_count[hh], 0);
+        ASSERT_EQ(run.slash_count[hh], 0);
         continue;
       }
       staged want = reference_stage(s, vertical[hh], slash[hh], vsizes[hh], ssizes[hh]);
@@ -350,8 +350,9 @@ SPECGRAPH_INSTANTIATE_EXECUTORS(SparseStage);
 
 // Regression (issue 11): the stage kernel stored negative indices from the engine's selection
 // (slash INT32_MIN mapped to 14 - INT32_MIN, vertical -5) and left the guard clean. Indices are
-// key positions in [0, end): anything else is bad input and the head is not written.
-TEST_P(SparseStage, OutOfRangeSelectedIndicesAreRefusedAndTheHeadLeftUnwritten) {
+// key positions in [0, end): anything else is bad input and the head is written empty (issue 20:
+// never left holding an earlier stage's indices).
+TEST_P(SparseStage, OutOfRangeSelectedIndicesAreRefusedAndTheHeadWrittenEmpty) {
   sparse_stage s;
   s.kind = stage_kind::intra;
   s.prev = 0;
@@ -376,9 +377,11 @@ TEST_P(SparseStage, OutOfRangeSelectedIndicesAreRefusedAndTheHeadLeftUnwritten) 
     EXPECT_EQ(run.guard.column, c.column);
     EXPECT_EQ(run.guard.value, c.value);
     for (std::int32_t col = 0; col < 4; ++col) {
-      EXPECT_EQ(run.vertical[static_cast<std::size_t>(4 + col)], -5) << "head 1 written";
-      EXPECT_EQ(run.slash[static_cast<std::size_t>(4 + col)], -5) << "head 1 written";
+      EXPECT_EQ(run.vertical[static_cast<std::size_t>(4 + col)], INT32_MAX) << "head 1 not empty";
+      EXPECT_EQ(run.slash[static_cast<std::size_t>(4 + col)], INT32_MIN) << "head 1 not empty";
     }
+    EXPECT_EQ(run.vertical_count[1], 0) << "head 1 not empty";
+    EXPECT_EQ(run.slash_count[1], 0) << "head 1 not empty";
     EXPECT_EQ(run.vertical[0], 0) << "head 0 is fine and staged";
   }
 }

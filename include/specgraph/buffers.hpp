@@ -141,6 +141,10 @@ class draft_buffers {
   std::int32_t* prefix_refused() const noexcept {
     return at<std::int32_t>(layout().prefix_refused);
   }
+  // [max_bucket] per-request high-water marks of the prefix table, then [max_bucket] scratch.
+  std::int32_t* prefix_high_water() const noexcept {
+    return at<std::int32_t>(layout().prefix_high_water);
+  }
   // Step s's expand metadata; throws invalid_argument ("step") outside [0, num_steps).
   std::int32_t* expand_page_table(std::int32_t step) const;
   std::int32_t* expand_cache_seqlen(std::int32_t step) const;

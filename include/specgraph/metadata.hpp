@@ -10,8 +10,9 @@
 //   * never store outside a buffer's capacity: such stores are skipped and recorded in the guard
 //     word (see guard.hpp).
 // Input *contents* (slot values, last_page_len values) live in device memory and are checked by
-// the kernel itself: a row with a bad input value is not written at all and a bad_input
-// violation is recorded. `*_host()` variants additionally scan the contents on the host and throw
+// the kernel itself: a row with a bad input value is written as a padded row (a sparse head:
+// empty), never left with an earlier round's contents, and a bad_input violation is recorded.
+// `*_host()` variants additionally scan the contents on the host and throw
 // before anything is written; they require host-accessible memory.
 #pragma once
 
@@ -57,7 +58,9 @@ struct expand_params {
 // ---- Prefix metadata (docs/metadata.md section 2) ------------------------------------------
 struct prefix_params {
   const std::int32_t* req_to_token = nullptr;  // [pool_rows][req_to_token_stride]
-  std::int64_t req_to_token_stride = 0;        // max_context_len
+  std::int64_t req_to_token_stride = 0;        // columns per pool row: the table's real stride
+  // The longest accepted seq_len (max_context_len), <= req_to_token_stride; 0: the stride.
+  std::int32_t max_seq_len = 0;
   std::int32_t pool_rows = 0;
   const std::int32_t* req_pool_index = nullptr;  // [batch]
   const std::int32_t* seq_len = nullptr;         // [batch]
@@ -78,6 +81,16 @@ struct prefix_params {
   // When set, both passes do nothing unless *run_when_zero == 0 (device_steps mode: the round's
   // setup is part of the one step graph and runs at step 0 only).
   const std::int32_t* run_when_zero = nullptr;
+  // Optional per-request high-water marks, [batch] int32 in executor memory (docs/metadata.md
+  // section 2): high_water[r] is how many leading cells of row r may be non-zero. When set, the
+  // fill pass writes only the cells below max(new pages, previous mark) (the row's pages and
+  // the zeros that clear what the previous round left beyond them) and updates the mark; a mark
+  // outside [0, capacity] (corrupted) counts as capacity, so the whole row is rewritten. The
+  // marks must describe the table: zero with a zeroed table (initialize_buffers). Null: every
+  // cell of the row is written. high_water_before is the check pass's scratch ([batch] int32:
+  // the marks as the round found them), required with high_water on the launcher.
+  std::int32_t* high_water = nullptr;
+  std::int32_t* high_water_before = nullptr;
 };
 
 // ---- Sparse vertical/slash staging (docs/metadata.md section 6) ----------------------------

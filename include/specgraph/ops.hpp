@@ -51,7 +51,10 @@ struct index_array {
 // The engine tables the metadata kernels read (executor memory, owned by the engine; must stay
 // at the same address while graphs that read them exist: the graphs bake the pointer in).
 struct engine_tables {
-  const std::int32_t* req_to_token = nullptr;  // [pool_rows][max_context_len]
+  const std::int32_t* req_to_token = nullptr;  // [pool_rows][req_to_token_stride]
+  // Columns per row of req_to_token as the engine allocated it: 0 means max_context_len; a
+  // wider table (>= max_context_len, <= 2^31) is read at this stride, never refused.
+  std::int64_t req_to_token_stride = 0;
 };
 
 // One draft round's inputs in host memory; copied by draft_runtime::stage().
@@ -101,8 +104,9 @@ void initialize_buffers(executor& ex, const draft_buffers& b);
 // every slot 0): one kernel, after waiting for in.wait_for and before recording in.done.
 // Returns the bucket. Host checks: batch in [1, max_batch], non-null pointers. The contents
 // live in device memory and are checked by the kernels: an int64 index that does not fit int32
-// leaves that request unwritten and records bad_input in the staging guard word; out-of-range
-// pool rows, lengths and slots are refused by the metadata kernels. Capture-safe; stream: ex's.
+// stages that request as a padded one (pool row 0, seq_len 1, every slot 0) and records bad_input
+// in the staging guard word; out-of-range pool rows, lengths and slots are refused by the
+// metadata kernels, which write the refused rows as padded rows. Capture-safe; stream: ex's.
 std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_round_inputs& in);
 
 // Resets the guard words (all but the staging one, which staging resets) and computes the
@@ -159,6 +163,9 @@ void stop_round_at_limit(executor& ex, const draft_buffers& b, conditional_handl
 // conditional node (CUDA refuses one in a child graph).
 std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
                                                   std::int32_t bucket, const graph& step_body);
+// The row stride req_to_token is read at: tables.req_to_token_stride, or max_context_len when 0.
+// Throws invalid_argument naming req_to_token_stride below max_context_len or above 2^31.
+std::int64_t req_to_token_stride(const draft_config& c, const engine_tables& tables);
 // Checks a round's max_depth (0 or 1..num_steps) and min_confidence (not NaN); throws
 // invalid_argument naming the field.
 void check_round_control(const draft_config& c, std::int32_t max_depth, float min_confidence);

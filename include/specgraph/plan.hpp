@@ -128,6 +128,9 @@ struct plan_layout {
   std::int32_t prefix_capacity = 0;   // ceil(max_context_len / page_size), also the row stride
   std::size_t cu_seqlens_q = 0;       // int32[max_bucket + 1]
   std::size_t prefix_refused = 0;     // int32[max_bucket]: the prefix kernels' scratch
+  // int32[2][max_bucket]: per request the leading cells of its prefix row that may be non-zero
+  // (the high-water mark), then the prefix kernels' snapshot of them (fa3 plans only).
+  std::size_t prefix_high_water = 0;
   // Per step s: expand page table int32[max_rows][expand_stride[s]] (s + 2 columns writable)
   // and cache_seqlen int32[max_rows]. Per-step mode: a buffer per step, s + 2 wide; device_steps
   // mode: every step shares one buffer num_steps + 1 wide.

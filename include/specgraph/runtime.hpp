@@ -134,9 +134,9 @@ class draft_runtime {
   void stage(const round_inputs& in);
   // The same from executor memory (stage_round in ops.hpp): one kernel, ordered after
   // in.wait_for and recording in.done. No synchronisation, no host read of the inputs: their
-  // contents are checked by the kernels (an out-of-range value leaves its row unwritten and
-  // records a bad_input guard violation, raised by check_guards() / run_round() in checked
-  // mode). Capture-safe, but normally called before replaying.
+  // contents are checked by the kernels (an out-of-range value has its row written as a padded
+  // row and records a bad_input guard violation, raised by check_guards() / run_round() in
+  // checked mode). Capture-safe, but normally called before replaying.
   void stage_device(const device_round_inputs& in);
   std::int32_t staged_bucket() const noexcept { return bucket_; }
   std::int32_t staged_batch() const noexcept { return batch_; }

@@ -147,8 +147,10 @@ def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any) -> None:
     """The round's step-0 work for `bucket`: resets the guard words (all but staging's) and
     computes the step-invariant prefix metadata (docs/metadata.md section 2).
 
-    req_to_token: int32 [>= pool_rows, max_context_len], contiguous, on the arena's device; a
-    captured graph bakes its address in, so it must not move while the graph exists. Current
+    req_to_token: int32 [>= pool_rows, >= max_context_len], contiguous, on the arena's device;
+    a table wider than max_context_len (engines allocate it wider) is read at its own row
+    stride. A captured graph bakes its address and stride in, so it must not move or change
+    shape while the graph exists. Current
     stream; no sync; capture-safe.
     """
     bucket = _ready(bufs)._bucket(bucket)

@@ -156,15 +156,17 @@ void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   op_range r(op_id::round_setup);
   const draft_buffers bufs = buffers_of(b, arena);
   const draft_config& c = b->plan->config;
+  // Engines allocate req_to_token wider than max_context_len: its rows are read at the
+  // tensor's own width (contiguous, so the row stride is size(1)).
   SPECGRAPH_EXPECTS(req_to_token.ndim() == 2 && req_to_token.size(0) >= c.pool_rows &&
-                        req_to_token.size(1) == c.max_context_len,
+                        req_to_token.size(1) >= c.max_context_len,
                     "req_to_token",
                     "shape " + describe_shape(req_to_token) +
                         ", expected [pool_rows >= " + std::to_string(c.pool_rows) +
-                        ", max_context_len " + std::to_string(c.max_context_len) + "]");
+                        ", columns >= max_context_len " + std::to_string(c.max_context_len) + "]");
   check_int_tensor("req_to_token", req_to_token, int_kind::int32, 1, b->device);
   setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-              {static_cast<const std::int32_t*>(address_of(req_to_token))});
+              {static_cast<const std::int32_t*>(address_of(req_to_token)), req_to_token.size(1)});
 }
 
 void step_metadata_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,

@@ -196,17 +196,9 @@ def test_bad_inputs_raise_naming_the_field_with_nothing_written():
     snapshot_raises(arena, "req_to_token", lambda: specgraph.round_setup_(bufs, 3, r2t[:, :10]))
     snapshot_raises(arena, "req_to_token",
                     lambda: specgraph.round_setup_(bufs, 3, r2t.astype(np.int64)))
-    # Engines allocate req_to_token wider than max_context_len; the kernels read rows at stride
-    # max_context_len, so pool rows >= 1 would read the wrong tokens: refused, never misread.
-    for extra in (1, 64):
-        wider = np.zeros((cfg.pool_rows, cfg.max_context_len + extra), np.int32)
-        wider[:, : cfg.max_context_len] = r2t
-        e = snapshot_raises(arena, "req_to_token",
-                            lambda: specgraph.round_setup_(bufs, 3, wider))
-        assert f"max_context_len {cfg.max_context_len}" in str(e)
-        taller = np.concatenate([wider, wider])  # more pool rows are fine, more columns not
-        snapshot_raises(arena, "req_to_token", lambda: specgraph.round_setup_(bufs, 3, taller))
-    specgraph.round_setup_(bufs, 3, np.concatenate([r2t, r2t]))  # taller alone: accepted
+    e = snapshot_raises(arena, "req_to_token", lambda: specgraph.round_setup_(bufs, 3, r2t[:5]))
+    assert f"columns >= max_context_len {cfg.max_context_len}" in str(e)
+    specgraph.round_setup_(bufs, 3, np.concatenate([r2t, r2t]))  # taller: accepted
     snapshot_raises(arena, "step", lambda: specgraph.step_metadata_(bufs, 3, 5))
     snapshot_raises(arena, "bucket", lambda: specgraph.step_metadata_(bufs, 0, 1))
     snapshot_raises(arena, "out", lambda: specgraph.count_violations_(bufs, np.zeros(1, np.int64)))
@@ -219,6 +211,32 @@ def test_bad_inputs_raise_naming_the_field_with_nothing_written():
     with pytest.raises(specgraph.InvalidArgument) as e:
         specgraph.buffers(plan, np.zeros(plan.total_bytes // 4, np.int32))
     assert e.value.field == "arena"
+
+
+@pytest.mark.parametrize("fields", CONFIGS)
+def test_a_wider_req_to_token_is_read_at_its_own_stride(fields):
+    # Engines allocate req_to_token wider than max_context_len: the rows are read at the table's
+    # real stride. The extra columns hold a slot on the pool's last page, which no real token
+    # uses here: if a row were read at stride max_context_len, that page (or a neighbouring
+    # row's tokens) would show.
+    cfg, plan, arena, bufs = make(fields)
+    rng = random.Random(11)
+    ps = cfg.page_size
+    r2t = np.array(ref.random_req_to_token(cfg, rng), dtype=np.int32) % (cfg.kv_slots - ps)
+    poison = cfg.kv_slots - 1
+    for extra in (1, 7, 64):
+        wider = np.full((cfg.pool_rows, cfg.max_context_len + extra), poison, np.int32)
+        wider[:, : cfg.max_context_len] = r2t
+        for _ in range(4):
+            r = ref.random_round(cfg, rng)
+            bucket = run_round(bufs, r, wider)
+            pool, seq, _ = ref.staged(cfg, bucket, r)
+            lpl, pseq, table, cu = ref.prefix(cfg, bucket, pool, seq, r2t.tolist())
+            assert bufs.prefix_page_table[:bucket].tolist() == table, extra
+            assert bufs.last_page_len[:bucket].tolist() == lpl
+            assert bufs.prefix_seqlen[:bucket].tolist() == pseq
+            assert poison // ps not in bufs.prefix_page_table[:bucket]
+            specgraph.check_guards(bufs)
 
 
 def test_guard_violation_names_buffer_step_bucket_and_row():
@@ -237,7 +255,10 @@ def test_guard_violation_names_buffer_step_bucket_and_row():
     bad = [w for w in words if w.violations]
     assert len(bad) == 1 and bad[0].buffer == "prefix.page_table" and bad[0].kind == "bad input"
     assert bad[0].row == 1 and bad[0].column == 8 and bad[0].value == cfg.kv_slots + 5
-    assert (bufs.prefix_page_table[1] == table_before).all()  # the request is not written
+    # the request is written as a padded one (pool row 0, one token): nothing of the earlier
+    # round survives in its row
+    assert (table_before[:2] != 0).any() and (bufs.prefix_page_table[1] == 0).all()
+    assert bufs.last_page_len[1] == 1 % cfg.page_size and bufs.prefix_seqlen[1] == 0
     with pytest.raises(specgraph.GuardViolation) as e:
         specgraph.check_guards(bufs)
     g = e.value

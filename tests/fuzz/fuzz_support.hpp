@@ -335,6 +335,22 @@ inline prefix_request_result prefix_reference(const std::int32_t* req_to_token, 
   return r;
 }
 
+// What a refused request is written as (sections 2, 4): the padded request, pool row 0 and one
+// token, whose one page (page size 1) is the dummy page 0 should req_to_token[0][0] be out of
+// range.
+inline prefix_request_result padded_prefix_reference(const std::int32_t* req_to_token,
+                                                     std::int32_t page_size,
+                                                     std::int64_t slot_limit) {
+  prefix_request_result r;
+  r.last_page_len = 1 % page_size;
+  r.prefix_seqlen = 1 - r.last_page_len;
+  if (page_size == 1) {
+    const std::int32_t slot = req_to_token[0];
+    r.pages.push_back(slot < 0 || slot >= slot_limit ? 0 : slot);
+  }
+  return r;
+}
+
 // Section 6: the evenly spaced fallback indices for (seq_len, max_count), before any capacity;
 // at most `most` of them (pass capacity + 1 to learn whether the capacity overflows).
 inline std::vector<std::int64_t> fallback_reference(

@@ -69,10 +69,12 @@ void world::check_round(std::int32_t first, std::int32_t last) {
   const std::int32_t cap = l.prefix_capacity;
   for (std::int32_t r = 0; r < bucket; ++r) {
     const auto ru = static_cast<std::size_t>(r);
-    const specgraph::fuzz::prefix_request_result want = specgraph::fuzz::prefix_reference(
+    specgraph::fuzz::prefix_request_result want = specgraph::fuzz::prefix_reference(
         rtt0_.data(), cfg_.max_context_len, cfg_.pool_rows, staged_.pool[ru], staged_.seq[ru],
         cfg_.page_size, cfg_.kv_slots);
-    if (want.bad) continue;  // refused: keeps earlier contents
+    if (want.bad) {  // refused: written as a padded request
+      want = specgraph::fuzz::padded_prefix_reference(rtt0_.data(), cfg_.page_size, cfg_.kv_slots);
+    }
     FUZZ_CHECK(at<std::int32_t>(a, l.last_page_len)[r] == want.last_page_len &&
                    at<std::int32_t>(a, l.prefix_seqlen)[r] == want.prefix_seqlen,
                "prefix scalars of request %d", r);
