@@ -36,6 +36,12 @@ class StepView(NamedTuple):
     # device_steps mode: int32 [1], the step the graph is at (read it on the device: d =
     # device_step + 1, the step's table is expand_page_table[:, :d + 1]); None per-step.
     device_step: Any = None
+    # Plans with CSR (formats csr or both; docs/csr.md): this step's kv_indptr, int32
+    # [rows + 1], and kv_indices, int32 or int64 [rows * (max_context_len + step + 1)] (the
+    # bucket's exact capacity; kv_indptr[rows] are used). None without CSR. A csr-only plan's
+    # FA3 fields (prefix_page_table, expand_*) are None.
+    kv_indptr: Any = None
+    kv_indices: Any = None
 
 
 class SparseStageViews(NamedTuple):
@@ -119,7 +125,7 @@ class Buffers:
     @property
     def prefix_page_table(self) -> Any:
         """int32 [max_bucket, ceil(max_context_len / page_size)], once for every step."""
-        cap = self.plan.layout["prefix_capacity"]
+        cap = self._fa3()["prefix_capacity"]
         return self._fixed("prefix_page_table", "int32", (self.plan.max_bucket, cap))
 
     @property
@@ -144,16 +150,31 @@ class Buffers:
 
     def expand_page_table(self, step: int) -> Any:
         """int32 [max_rows, stride]: step's expand table; d + 1 = step + 2 columns are written."""
-        s = self._step(step)
+        s, _ = self._step(step), self._fa3()
         stride = self.plan.layout["expand_stride"][s]
         return self._view(("expand_page_table", s), self.plan.layout["expand_page_table"][s],
                           "int32", (self.plan.max_rows, stride))
 
     def expand_cache_seqlen(self, step: int) -> Any:
         """int32 [max_rows]: step's cache_seqlen (last_page_len + d)."""
-        s = self._step(step)
+        s, _ = self._step(step), self._fa3()
         return self._view(("expand_cache_seqlen", s), self.plan.layout["expand_cache_seqlen"][s],
                           "int32", (self.plan.max_rows,))
+
+    def csr_kv_indptr(self, step: int) -> Any:
+        """int32 [max_rows + 1]: step's CSR kv_indptr row (formats csr or both)."""
+        s, lay = self._step(step), self._csr()
+        rows = self.plan.max_rows
+        return self._view(("csr_kv_indptr", s), lay["csr_kv_indptr"] + 4 * s * (rows + 1),
+                          "int32", (rows + 1,))
+
+    def csr_kv_indices(self, step: int) -> Any:
+        """int32 or int64 (DraftConfig.csr_int64) [C_s]: step's CSR kv_indices, exactly
+        C_s = max_rows * (max_context_len + step + 1) entries (formats csr or both)."""
+        s, lay = self._step(step), self._csr()
+        return self._view(("csr_kv_indices", s), lay["csr_kv_indices"][s],
+                          "int64" if self.plan.config.csr_int64 else "int32",
+                          (lay["csr_capacity"][s],))
 
     def sparse_inputs(self) -> Dict[str, Any]:
         """The sparse selection the engine writes before sparse_stage_(): vertical / slash
@@ -189,21 +210,22 @@ class Buffers:
         bucket = self._bucket(bucket)
         s = self._step(step)
         rows = bucket * c.topk
-        if c.device_steps:  # one graph serves every step: the whole table, the step on device
-            return StepView(
-                bucket, s, s + 1, c.topk, c.page_size, rows,
-                self.req_pool_index[:bucket], self.seq_len[:bucket], self.out_cache_loc[:bucket],
-                self.real_batch, self.last_page_len[:bucket], self.prefix_seqlen[:bucket],
-                self.prefix_page_table[:bucket], self.cu_seqlens_q[: bucket + 1],
-                self.expand_page_table(s)[:rows], self.expand_cache_seqlen(s)[:rows],
-                self.confidence[:rows], self.device_step)
+        fa3 = self.plan.layout["has_fa3"]
+        # device_steps: one graph serves every step: the whole table, the step on the device.
+        cols = slice(None) if c.device_steps else slice(0, s + 2)
+        kv_indptr = kv_indices = None
+        if c.has_csr and not c.device_steps:
+            kv_indptr = self.csr_kv_indptr(s)[: rows + 1]
+            kv_indices = self.csr_kv_indices(s)[: rows * (c.max_context_len + s + 1)]
         return StepView(
             bucket, s, s + 1, c.topk, c.page_size, rows,
             self.req_pool_index[:bucket], self.seq_len[:bucket], self.out_cache_loc[:bucket],
             self.real_batch, self.last_page_len[:bucket], self.prefix_seqlen[:bucket],
-            self.prefix_page_table[:bucket], self.cu_seqlens_q[: bucket + 1],
-            self.expand_page_table(s)[:rows, : s + 2], self.expand_cache_seqlen(s)[:rows],
-            self.confidence[:rows])
+            self.prefix_page_table[:bucket] if fa3 else None, self.cu_seqlens_q[: bucket + 1],
+            self.expand_page_table(s)[:rows, cols] if fa3 else None,
+            self.expand_cache_seqlen(s)[:rows] if fa3 else None,
+            self.confidence[:rows], self.device_step if c.device_steps else None,
+            kv_indptr, kv_indices)
 
     def _step(self, step: int) -> int:
         n = self.plan.config.num_steps
@@ -234,6 +256,18 @@ class Buffers:
             _check.torch_arena_intact("arena", self.arena, self._base, self.plan.total_bytes)
             raise InvalidArgument("arena: its storage changed under the buffers; make new "
                                   "buffers over the arena", field="arena")
+
+    def _fa3(self) -> Dict[str, Any]:
+        if not self.plan.layout["has_fa3"]:
+            raise InvalidArgument("formats: 'csr': this plan holds no FA3 page tables "
+                                  "(DraftConfig(formats=\"fa3\") or \"both\")", field="formats")
+        return self.plan.layout
+
+    def _csr(self) -> Dict[str, Any]:
+        if not self.plan.config.has_csr:
+            raise InvalidArgument("formats: 'fa3': this plan holds no CSR indices "
+                                  "(DraftConfig(formats=\"csr\") or \"both\")", field="formats")
+        return self.plan.layout
 
     def _sparse(self) -> Any:
         sp = self.plan.config.sparse

@@ -21,6 +21,8 @@ bool same_device(DLDevice a, DLDevice b) {
   return a.device_type == b.device_type && a.device_id == b.device_id;
 }
 
+}  // namespace
+
 // The buffers over the op's arena argument: normally the arena the buffers were made over; under
 // torch.compile's functionalization it may be a copy of it (written, then copied back), so any
 // arena of the plan's size on the same device is accepted, each call over its own address.
@@ -42,6 +44,22 @@ draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView& arena) {
                         describe_device(b->device));
   return draft_buffers(*b->plan, base);
 }
+
+// req_to_token as the ops read it: int32 [>= pool_rows, max_context_len], contiguous, on the
+// buffers' device.
+engine_tables tables_of(const buffers_ref& b, const ffi::TensorView& req_to_token) {
+  const draft_config& c = b->plan->config;
+  SPECGRAPH_EXPECTS(req_to_token.ndim() == 2 && req_to_token.size(0) >= c.pool_rows &&
+                        req_to_token.size(1) == c.max_context_len,
+                    "req_to_token",
+                    "shape " + describe_shape(req_to_token) +
+                        ", expected [pool_rows >= " + std::to_string(c.pool_rows) +
+                        ", max_context_len " + std::to_string(c.max_context_len) + "]");
+  check_int_tensor("req_to_token", req_to_token, int_kind::int32, 1, b->device);
+  return {static_cast<const std::int32_t*>(address_of(req_to_token))};
+}
+
+namespace {
 
 buffers_ref make_buffers(plan_ref p, ffi::Tensor arena, bool initialize) {
   const DLDataType dt = arena.dtype();
@@ -155,16 +173,8 @@ void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                  ffi::TensorView req_to_token) {
   op_range r(op_id::round_setup);
   const draft_buffers bufs = buffers_of(b, arena);
-  const draft_config& c = b->plan->config;
-  SPECGRAPH_EXPECTS(req_to_token.ndim() == 2 && req_to_token.size(0) >= c.pool_rows &&
-                        req_to_token.size(1) == c.max_context_len,
-                    "req_to_token",
-                    "shape " + describe_shape(req_to_token) +
-                        ", expected [pool_rows >= " + std::to_string(c.pool_rows) +
-                        ", max_context_len " + std::to_string(c.max_context_len) + "]");
-  check_int_tensor("req_to_token", req_to_token, int_kind::int32, 1, b->device);
   setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-              {static_cast<const std::int32_t*>(address_of(req_to_token))});
+              tables_of(b, req_to_token));
 }
 
 void step_metadata_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
@@ -229,23 +239,30 @@ void check_guards(buffers_ref b, ffi::TensorView arena, std::int64_t bucket) {
   for (std::size_t i = 0; i < words.size(); ++i) {
     const guard_word& g = words[i];
     if (g.violations == 0) continue;
-    try {
-      raise_guard_violations(*b->plan, words, at);
-    } catch (const guard_violation& e) {
-      const guard_site site = guard_site_of(*b->plan, static_cast<std::int32_t>(i));
-      throw_kind(kind_guard_violation, e.what(),
-                 {{"buffer", ffi::String(site.buffer)},
-                  {"step", static_cast<std::int64_t>(site.step)},
-                  {"bucket", static_cast<std::int64_t>(at)},
-                  {"row", static_cast<std::int64_t>(g.row)},
-                  {"column", static_cast<std::int64_t>(g.column)},
-                  {"kind", ffi::String(to_string(static_cast<violation_kind>(g.kind)))},
-                  {"kernel", ffi::String(to_string(static_cast<kernel_id>(g.kernel)))},
-                  {"capacity", static_cast<std::int64_t>(g.capacity)},
-                  {"value", static_cast<std::int64_t>(g.value)},
-                  {"violations", static_cast<std::int64_t>(g.violations)},
-                  {"guard", static_cast<std::int64_t>(i)}});
+    guard_site site = guard_site_of(*b->plan, static_cast<std::int32_t>(i));
+    std::string message;
+    if (csr_guard_site(*b->plan, static_cast<std::int32_t>(i), &site)) {
+      message = site.buffer + " (step " + std::to_string(site.step) + ", bucket " +
+                std::to_string(at) + ", row " + std::to_string(g.row) + "): " + describe(g);
+    } else {
+      try {
+        raise_guard_violations(*b->plan, words, at);
+      } catch (const guard_violation& e) {
+        message = e.what();
+      }
     }
+    throw_kind(kind_guard_violation, message,
+               {{"buffer", ffi::String(site.buffer)},
+                {"step", static_cast<std::int64_t>(site.step)},
+                {"bucket", static_cast<std::int64_t>(at)},
+                {"row", static_cast<std::int64_t>(g.row)},
+                {"column", static_cast<std::int64_t>(g.column)},
+                {"kind", ffi::String(to_string(static_cast<violation_kind>(g.kind)))},
+                {"kernel", ffi::String(to_string(static_cast<kernel_id>(g.kernel)))},
+                {"capacity", static_cast<std::int64_t>(g.capacity)},
+                {"value", static_cast<std::int64_t>(g.value)},
+                {"violations", static_cast<std::int64_t>(g.violations)},
+                {"guard", static_cast<std::int64_t>(i)}});
   }
 }
 

@@ -24,7 +24,22 @@ CONFIGS = [
          kv_slots=1 << 16, device_steps=True),
     dict(max_batch=8, topk=3, num_steps=2, page_size=8, max_context_len=48, pool_rows=5,
          kv_slots=1 << 16, device_steps=True, device_depth=True),
+    dict(max_batch=5, topk=3, num_steps=3, page_size=4, max_context_len=24, pool_rows=6,
+         kv_slots=1 << 16, buckets=(2, 5), formats="both", csr_int64=True),
 ]
+
+
+def csr_contract(plan, bucket, step):
+    """kv_indptr / kv_indices (not in the C++ step_view): (dtype, shape, strides, byte offset)
+    from the plan's buffer list, or None without CSR."""
+    if not plan.config.has_csr:
+        return {"kv_indptr": None, "kv_indices": None}
+    rows, width = bucket * plan.config.topk, plan.max_rows + 1
+    ix = plan.find("csr.kv_indices", step)
+    return {"kv_indptr": ("int32", (rows + 1,), (1,),
+                          plan.find("csr.kv_indptr").offset + 4 * step * width),
+            "kv_indices": (ix.dtype, (rows * (plan.config.max_context_len + step + 1),), (1,),
+                           ix.offset)}
 
 SCALARS = ("bucket", "step", "decode_length", "topk", "page_size", "rows")
 
@@ -109,6 +124,16 @@ def test_every_view_field_matches_the_cpp_step_view(fields, framework):
                 assert np.array_equal(g_values, cells, equal_nan=dtype == "float32"), \
                     f"{where}: {name} values"
                 checked += 1
+            for name, want in csr_contract(plan, bucket, step).items():
+                fields_seen.add(name)
+                got = getattr(view, name)
+                if want is None:
+                    assert got is None, f"{where}: {name}"
+                    continue
+                g_dtype, g_shape, g_strides, g_offset, g_values = described(got, framework, arena)
+                assert (g_dtype, g_shape, g_strides, g_offset) == want, f"{where}: {name}"
+                assert np.array_equal(g_values, arena_array(arena_np, want[3], *want[:3])), \
+                    f"{where}: {name} values"
             assert fields_seen == set(StepView._fields), \
                 f"fields not checked: {set(StepView._fields) - fields_seen}"
     assert checked >= len(plan.buckets) * cfg.num_steps * 11
