@@ -24,7 +24,8 @@ from . import _env
 from . import _ffi
 from .buffers import Buffers, SparseStageViews, StepView, buffers, host_arena
 from .config import DraftConfig, SparseConfig, default_buckets
-from .csr import CsrOutputs, bind_csr_outputs, csr_round_indices_, csr_step_indices_
+from .csr import (CsrOutputs, bind_csr_outputs, csr_indices_device_, csr_round_indices_,
+                  csr_step_indices_)
 from .errors import CaptureFailed, CudaError, GuardViolation, InvalidArgument, SpecgraphError
 from .ops import (GuardWord, RoundGraph, SparseStage, advance_step_, check_guards,
                   continue_condition_host, count_violations_, initialize_, read_guards,
@@ -66,5 +67,5 @@ __all__ = [
     "initialize_", "make_plan", "read_guards", "round_setup_", "sparse_stage_", "sparse_stages",
     "stage_", "step_metadata_", "step_metadata_device_", "advance_step_", "RoundGraph",
     "round_graph", "continue_condition_host", "CsrOutputs", "bind_csr_outputs",
-    "csr_step_indices_", "csr_round_indices_",
+    "csr_step_indices_", "csr_round_indices_", "csr_indices_device_",
 ]

@@ -81,16 +81,12 @@ class StepBody:
             raise InvalidArgument(f"csr_outputs: given, but the plan's formats is "
                                   f"{cfg.formats!r} (no CSR indices to write; use \"csr\" or "
                                   "\"both\")", field="csr_outputs")
-        if self.csr and cfg.device_steps and not hasattr(_csr, "csr_indices_device_"):
-            raise InvalidArgument("formats: CSR indices with a device step counter are not "
-                                  "bound in this build (csr_indices_device_ is missing)",
-                                  field="formats")
         self.csr_outputs = csr_outputs
 
     def view(self, bucket: int, step: int) -> StepView:
         """What the forward of graph(bucket, step) receives."""
         v = self.bufs.view(bucket, step)
-        if self.csr_outputs is not None and not self.bufs.plan.config.device_steps:
+        if self.csr_outputs is not None:
             kv_indptr, kv_indices = _csr.step_csr_views(self.bufs, bucket, step, self.csr_outputs)
             v = v._replace(kv_indptr=kv_indptr, kv_indices=kv_indices)
         return v

@@ -56,6 +56,11 @@ SCHEMAS = {
     "csr_round_indices_out_": "csr_round_indices_out_(Tensor(a!) arena, int handle, int bucket, "
                               "Tensor req_to_token, Tensor(b!) kv_indptr, "
                               "Tensor(c!) kv_indices) -> ()",
+    "csr_indices_device_": "csr_indices_device_(Tensor(a!) arena, int handle, int bucket, "
+                           "Tensor req_to_token) -> ()",
+    "csr_indices_device_out_": "csr_indices_device_out_(Tensor(a!) arena, int handle, "
+                               "int bucket, Tensor req_to_token, Tensor(b!) kv_indptr, "
+                               "Tensor(c!) kv_indices) -> ()",
 }
 
 
@@ -120,6 +125,8 @@ _IMPLS = {
     "csr_round_indices_": _on_arena(_ffi.csr_round_indices),
     "csr_step_indices_out_": _on_arena(_ffi.csr_step_indices_out),
     "csr_round_indices_out_": _on_arena(_ffi.csr_round_indices_out),
+    "csr_indices_device_": _on_arena(_ffi.csr_indices_device),
+    "csr_indices_device_out_": _on_arena(_ffi.csr_indices_device_out),
 }
 
 _lib = torch.library.Library("specgraph", "DEF")

@@ -24,6 +24,7 @@ through torch.ops.specgraph.csr_* (custom ops with fake implementations).
 | bind_csr_outputs    | none (host checks) | no | yes      |
 | csr_step_indices_   | current | no           | yes          |
 | csr_round_indices_  | current | no           | yes          |
+| csr_indices_device_ | current | no           | yes          |
 """
 
 from __future__ import annotations
@@ -124,11 +125,39 @@ def csr_round_indices_(bufs: Buffers, bucket: int, req_to_token: Any,
                                    out.kv_indices)
 
 
+def csr_indices_device_(bufs: Buffers, bucket: int, req_to_token: Any,
+                        out: Optional[CsrOutputs] = None) -> None:
+    """Device step counter (DraftConfig(device_steps=True), docs/device-rounds.md): the indices
+    of the step the counter (bufs.device_step) holds when the kernels run, read on the device,
+    written as csr_step_indices_ writes that step (the arena's or the bound outputs' row s). A
+    counter outside [0, num_steps) writes nothing and records bad input in the CSR guard word
+    of step 0. One graph per bucket serves every step. Current stream; no sync; capture-safe."""
+    bucket = _ops._ready(bufs)._bucket(bucket)
+    _csr_plan(bufs)
+    if not bufs.plan.config.device_steps:
+        raise InvalidArgument("device_steps: false: the plan has no device step counter (use "
+                              "csr_step_indices_)", field="device_steps")
+    req_to_token = _ops._tensor(bufs, "req_to_token", req_to_token)
+    out = _out(out)
+    if out is None:
+        if bufs.handle:
+            _ops._torch.csr_indices_device_(bufs.arena, bufs.handle, bucket, req_to_token)
+        else:
+            _ffi.csr_indices_device(bufs._obj, bufs.arena, bucket, req_to_token)
+    elif bufs.handle:
+        _ops._torch.csr_indices_device_out_(bufs.arena, bufs.handle, bucket, req_to_token,
+                                            out.kv_indptr, out.kv_indices)
+    else:
+        _ffi.csr_indices_device_out(bufs._obj, bufs.arena, bucket, req_to_token, out.kv_indptr,
+                                    out.kv_indices)
+
+
 def step_csr_views(bufs: Buffers, bucket: int, step: int,
                    out: Optional[CsrOutputs] = None) -> Tuple[Any, Any]:
     """(kv_indptr, kv_indices) of graph(bucket, step), sliced to the bucket: int32
     [bucket * topk + 1] and [bucket * topk * (max_context_len + step + 1)], the plan's buffers
-    or the bound outputs' row `step`. Views, no copy; host work only."""
+    or the bound outputs' row `step`; device_steps: every step's rows, [num_steps, ...] (as
+    StepView says). Views, no copy; host work only."""
     bucket, step = bufs._bucket(bucket), bufs._step(step)
     _csr_plan(bufs)
     c = bufs.plan.config
@@ -137,5 +166,9 @@ def step_csr_views(bufs: Buffers, bucket: int, step: int,
     if out is None:
         v = bufs.view(bucket, step)
         return v.kv_indptr, v.kv_indices
+    if c.device_steps:
+        n = c.num_steps
+        return (out.kv_indptr[:n, : rows + 1],
+                out.kv_indices[:n, : rows * (c.max_context_len + n)])
     return (out.kv_indptr[step][: rows + 1],
             out.kv_indices[step][: rows * (c.max_context_len + step + 1)])

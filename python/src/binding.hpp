@@ -114,9 +114,6 @@ specgraph::draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView&
 // req_to_token checked as the ops read it (int32 [>= pool_rows, max_context_len], contiguous,
 // on the buffers' device); throws invalid_argument naming "req_to_token".
 specgraph::engine_tables tables_of(const buffers_ref& b, const ffi::TensorView& req_to_token);
-// The guard word `index` of a CSR plan (csr.cpp): its buffer ("csr.kv_indices") and step, or
-// false for a word that is not one of the CSR steps'.
-bool csr_guard_site(const specgraph::plan& p, std::int32_t index, specgraph::guard_site* site);
 
 // ---- executors --------------------------------------------------------------------------------
 // The executor for work on `device`: the host executor for CPU memory; for CUDA memory a cuda
@@ -139,6 +136,7 @@ enum class op_id : int {
   advance_step,
   csr_step_indices,
   csr_round_indices,
+  csr_indices_device,
   count
 };
 void set_nvtx_enabled(bool on);

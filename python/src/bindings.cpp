@@ -134,6 +134,7 @@ ffi_map plan_info(plan_ref ref) {
       {"csr_kv_indptr", static_cast<std::int64_t>(l.csr_kv_indptr)},
       {"csr_kv_indices", int64_array(l.csr_kv_indices)},
       {"csr_capacity", int64_array(l.csr_capacity)},
+      {"csr_kv_indices_stride", l.csr_kv_indices_stride},
       {"guard_csr_base", static_cast<std::int64_t>(l.guard_csr_base)},
   };
   return ffi_map{

@@ -13,17 +13,6 @@
 
 namespace specgraph::python {
 
-bool csr_guard_site(const plan& p, std::int32_t index, guard_site* site) {
-  const plan_layout& l = p.layout;
-  if (l.csr_kv_indices.empty() || index < l.guard_csr(0) ||
-      index >= l.guard_csr(p.config.num_steps)) {
-    return false;
-  }
-  site->buffer = "csr.kv_indices";
-  site->step = index - l.guard_csr(0);
-  return true;
-}
-
 namespace {
 
 void check_csr_plan(const plan& p) {
@@ -186,6 +175,27 @@ void csr_round_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   csr_round_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), tables, out);
 }
 
+// Device step counter (device_steps plans): the step the counter holds when the kernels run.
+void csr_device_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
+                   ffi::TensorView req_to_token) {
+  op_range r(op_id::csr_indices_device);
+  const draft_buffers bufs = buffers_of(b, arena);
+  check_csr_plan(*b->plan);
+  csr_indices_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket),
+                             tables_of(b, req_to_token));
+}
+
+void csr_device_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
+                       ffi::TensorView req_to_token, ffi::TensorView kv_indptr,
+                       ffi::TensorView kv_indices) {
+  op_range r(op_id::csr_indices_device);
+  const draft_buffers bufs = buffers_of(b, arena);
+  const engine_tables tables = tables_of(b, req_to_token);
+  const csr_outputs out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
+  csr_indices_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket), tables,
+                             out);
+}
+
 }  // namespace
 
 TVM_FFI_STATIC_INIT_BLOCK() {
@@ -195,7 +205,9 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("specgraph.csr_step_indices", checked<&csr_step_op>::call)
       .def("specgraph.csr_round_indices", checked<&csr_round_op>::call)
       .def("specgraph.csr_step_indices_out", checked<&csr_step_out_op>::call)
-      .def("specgraph.csr_round_indices_out", checked<&csr_round_out_op>::call);
+      .def("specgraph.csr_round_indices_out", checked<&csr_round_out_op>::call)
+      .def("specgraph.csr_indices_device", checked<&csr_device_op>::call)
+      .def("specgraph.csr_indices_device_out", checked<&csr_device_out_op>::call);
 }
 
 }  // namespace specgraph::python

@@ -239,17 +239,12 @@ void check_guards(buffers_ref b, ffi::TensorView arena, std::int64_t bucket) {
   for (std::size_t i = 0; i < words.size(); ++i) {
     const guard_word& g = words[i];
     if (g.violations == 0) continue;
-    guard_site site = guard_site_of(*b->plan, static_cast<std::int32_t>(i));
+    const guard_site site = guard_site_of(*b->plan, static_cast<std::int32_t>(i));
     std::string message;
-    if (csr_guard_site(*b->plan, static_cast<std::int32_t>(i), &site)) {
-      message = site.buffer + " (step " + std::to_string(site.step) + ", bucket " +
-                std::to_string(at) + ", row " + std::to_string(g.row) + "): " + describe(g);
-    } else {
-      try {
-        raise_guard_violations(*b->plan, words, at);
-      } catch (const guard_violation& e) {
-        message = e.what();
-      }
+    try {
+      raise_guard_violations(*b->plan, words, at);
+    } catch (const guard_violation& e) {
+      message = e.what();
     }
     throw_kind(kind_guard_violation, message,
                {{"buffer", ffi::String(site.buffer)},
