@@ -5,11 +5,14 @@
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/reflection/registry.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "python/src/binding.hpp"
 #include "specgraph/csr_ops.hpp"
+#include "specgraph/kv_indices.hpp"
 
 namespace specgraph::python {
 
@@ -196,6 +199,140 @@ void csr_device_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket
                              out);
 }
 
+// ---- specgraph.metadata.draft_kv_indices: the kernels' host twin on host arrays ---------------
+// (like `specgraph metadata kv-indices`: crash dumps, windows and page-granular tables). The
+// request arrays are int32 [batch]; req_to_token int32 [pool_rows][W]; every content is checked
+// first (invalid_argument naming the element; nothing computed from bad input).
+kv_indices_params host_params(const ffi::TensorView& seq_len, const ffi::TensorView& pool,
+                              const ffi::TensorView& r2t, std::int64_t topk, std::int64_t num_steps,
+                              std::int64_t page_size, std::int64_t entry_page_size,
+                              std::int64_t window, std::int64_t sink, std::int64_t slot_limit) {
+  const DLDevice cpu{kDLCPU, 0};
+  for (const auto& [field, t] :
+       {std::pair{"seq_len", &seq_len}, {"req_pool_index", &pool}, {"req_to_token", &r2t}}) {
+    SPECGRAPH_EXPECTS(t->device().device_type == kDLCPU, field,
+                      "on " + describe_device(t->device()) + ": the host kernels read host memory");
+  }
+  check_int_tensor("seq_len", seq_len, int_kind::int32, 1, cpu);
+  check_int_tensor("req_pool_index", pool, int_kind::int32, seq_len.numel(), cpu);
+  SPECGRAPH_EXPECTS(pool.numel() == seq_len.numel(), "req_pool_index",
+                    std::to_string(pool.numel()) + " entries, expected one per request, " +
+                        std::to_string(seq_len.numel()));
+  SPECGRAPH_EXPECTS(r2t.ndim() == 2, "req_to_token",
+                    "shape " + describe_shape(r2t) + ", expected [pool_rows, width]");
+  check_int_tensor("req_to_token", r2t, int_kind::int32, 1, cpu);
+  kv_indices_params p;
+  p.req_to_token = static_cast<const std::int32_t*>(address_of(r2t));
+  p.req_to_token_stride = r2t.size(1);
+  p.pool_rows = int32_arg("pool_rows", r2t.size(0));
+  p.entry_page_size = int32_arg("entry_page_size", entry_page_size);
+  p.req_pool_index = static_cast<const std::int32_t*>(address_of(pool));
+  p.seq_len = static_cast<const std::int32_t*>(address_of(seq_len));
+  p.batch = int32_arg("batch", seq_len.numel());
+  p.topk = int32_arg("topk", topk);
+  p.num_steps = int32_arg("num_steps", num_steps);
+  p.page_size = int32_arg("page_size", page_size);
+  p.window = int32_arg("window", window);
+  p.sink = int32_arg("sink", sink);
+  p.max_seq_len = std::max(0, *std::max_element(p.seq_len, p.seq_len + p.batch));
+  p.first_step = 0;
+  p.step_count = std::max(p.num_steps, 1);
+  p.kv_indptr_stride = static_cast<std::int64_t>(p.batch) * std::max(p.topk, 1) + 1;
+  p.slot_limit = slot_limit;
+  return p;
+}
+
+// Validates everything; returns the entries each step uses.
+ffi::Array<std::int64_t> kv_indices_used_host(ffi::TensorView seq_len, ffi::TensorView pool,
+                                              ffi::TensorView r2t, std::int64_t topk,
+                                              std::int64_t num_steps, std::int64_t page_size,
+                                              std::int64_t entry_page_size, std::int64_t window,
+                                              std::int64_t sink, std::int64_t slot_limit,
+                                              bool int64) {
+  kv_indices_params p = host_params(seq_len, pool, r2t, topk, num_steps, page_size, entry_page_size,
+                                    window, sink, slot_limit);
+  std::int32_t indptr = 0, i32 = 0;
+  std::int64_t i64 = 0;
+  guard_word g{};
+  p.kv_indptr = &indptr;
+  if (int64) {
+    p.kv_indices_i64 = &i64;
+  } else {
+    p.kv_indices_i32 = &i32;
+  }
+  p.guard = &g;
+  validate_contents_host(p);
+  ffi::Array<std::int64_t> used;
+  for (std::int32_t s = 0; s < p.num_steps; ++s) {
+    used.push_back(kv_indices_used(p.seq_len, p.batch, p.topk, p.window, p.sink, s));
+  }
+  return used;
+}
+
+// Step s into row s of kv_indptr int32 [num_steps][batch * topk + 1] and kv_indices int32 or
+// int64 [num_steps][stride], at most capacity[s] <= stride entries; one launch per step.
+// Returns each step's guard word [violations, kind, kernel, row, column, capacity, value].
+ffi::Array<ffi::Any> kv_indices_run_host(ffi::TensorView seq_len, ffi::TensorView pool,
+                                         ffi::TensorView r2t, std::int64_t topk,
+                                         std::int64_t num_steps, std::int64_t page_size,
+                                         std::int64_t entry_page_size, std::int64_t window,
+                                         std::int64_t sink, std::int64_t slot_limit,
+                                         ffi::TensorView kv_indptr, ffi::TensorView kv_indices,
+                                         ffi::Array<std::int64_t> capacity) {
+  kv_indices_params p = host_params(seq_len, pool, r2t, topk, num_steps, page_size, entry_page_size,
+                                    window, sink, slot_limit);
+  const DLDevice cpu{kDLCPU, 0};
+  const std::int64_t rows = p.kv_indptr_stride - 1;
+  SPECGRAPH_EXPECTS(
+      kv_indptr.ndim() == 2 && kv_indptr.size(0) == p.num_steps && kv_indptr.size(1) == rows + 1,
+      "kv_indptr",
+      "shape " + describe_shape(kv_indptr) + ", expected [num_steps, " + std::to_string(rows + 1) +
+          "]");
+  check_int_tensor("kv_indptr", kv_indptr, int_kind::int32, 1, cpu);
+  SPECGRAPH_EXPECTS(kv_indices.ndim() == 2 && kv_indices.size(0) == p.num_steps, "kv_indices",
+                    "shape " + describe_shape(kv_indices) + ", expected [num_steps, stride]");
+  const bool i64 = check_int_tensor("kv_indices", kv_indices, int_kind::int32_or_int64, 1, cpu);
+  SPECGRAPH_EXPECTS(static_cast<std::int64_t>(capacity.size()) == p.num_steps, "capacity",
+                    std::to_string(capacity.size()) + " entries, expected one per step, " +
+                        std::to_string(p.num_steps));
+  for (std::int32_t s = 0; s < p.num_steps; ++s) {
+    const std::string field = "capacity[" + std::to_string(s) + "]";
+    SPECGRAPH_EXPECTS(capacity[s] >= 0 && capacity[s] <= kv_indices.size(1), field,
+                      std::to_string(capacity[s]) + " is outside [0, the row width " +
+                          std::to_string(kv_indices.size(1)) + "]");
+  }
+  std::vector<guard_word> guards(static_cast<std::size_t>(p.num_steps), guard_word{});
+  p.kv_indptr = static_cast<std::int32_t*>(address_of(kv_indptr));
+  void* indices = address_of(kv_indices);
+  if (i64) {
+    p.kv_indices_i64 = static_cast<std::int64_t*>(indices);
+  } else {
+    p.kv_indices_i32 = static_cast<std::int32_t*>(indices);
+  }
+  p.guard = guards.data();
+  validate_contents_host(p);  // every step's reads, before anything is written
+  for (std::int32_t s = 0; s < p.num_steps; ++s) {
+    kv_indices_params q = p;
+    q.first_step = s;
+    q.step_count = 1;
+    q.capacity = static_cast<std::int32_t>(capacity[s]);
+    q.kv_indptr = p.kv_indptr + s * (rows + 1);
+    if (i64) {
+      q.kv_indices_i64 = p.kv_indices_i64 + s * kv_indices.size(1);
+    } else {
+      q.kv_indices_i32 = p.kv_indices_i32 + s * kv_indices.size(1);
+    }
+    q.guard = &guards[static_cast<std::size_t>(s)];
+    draft_kv_indices_host(q);
+  }
+  ffi::Array<ffi::Any> out;
+  for (const guard_word& g : guards) {
+    out.push_back(ffi::Array<std::int64_t>{g.violations, g.kind, g.kernel, g.row, g.column,
+                                           g.capacity, g.value});
+  }
+  return out;
+}
+
 }  // namespace
 
 TVM_FFI_STATIC_INIT_BLOCK() {
@@ -207,7 +344,9 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("specgraph.csr_step_indices_out", checked<&csr_step_out_op>::call)
       .def("specgraph.csr_round_indices_out", checked<&csr_round_out_op>::call)
       .def("specgraph.csr_indices_device", checked<&csr_device_op>::call)
-      .def("specgraph.csr_indices_device_out", checked<&csr_device_out_op>::call);
+      .def("specgraph.csr_indices_device_out", checked<&csr_device_out_op>::call)
+      .def("specgraph.kv_indices_used_host", checked<&kv_indices_used_host>::call)
+      .def("specgraph.kv_indices_run_host", checked<&kv_indices_run_host>::call);
 }
 
 }  // namespace specgraph::python
