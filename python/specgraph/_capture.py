@@ -17,6 +17,7 @@ from typing import Any, Callable, List, NamedTuple, Optional
 
 import torch
 
+from . import _check
 from . import csr as _csr
 from .buffers import Buffers, StepView
 from .errors import InvalidArgument
@@ -76,7 +77,7 @@ class StepBody:
         if csr_outputs is not None and not isinstance(csr_outputs, _csr.CsrOutputs):
             raise TypeError("csr_outputs: expected specgraph.CsrOutputs (from "
                             "specgraph.bind_csr_outputs) or None, got "
-                            f"{type(csr_outputs).__name__}")
+                            f"{_check.type_name(csr_outputs)}")
         if csr_outputs is not None and not self.csr:
             raise InvalidArgument(f"csr_outputs: given, but the plan's formats is "
                                   f"{cfg.formats!r} (no CSR indices to write; use \"csr\" or "

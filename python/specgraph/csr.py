@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple
 
-from . import _ffi
+from . import _check, _ffi
 from . import ops as _ops
 from .buffers import Buffers
 from .errors import InvalidArgument
@@ -57,7 +57,8 @@ def bind_csr_outputs(bufs: Buffers, kv_indptr: Any, kv_indices: Any) -> CsrOutpu
     be adjacent; on the arena's device; sharing no memory with each other or the arena.
     Refused with InvalidArgument naming the buffer ("kv_indices"), its shape and size and the
     size needed: an engine's max_bs * topk * max_context_len rows are too short (they have no
-    room for the draft entries). Host work only; nothing is written.
+    room for the draft entries). Host work only (call it outside torch.compile); nothing is
+    written.
     """
     _ops._ready(bufs)
     kv_indptr = _ops._tensor(bufs, "kv_indptr", kv_indptr)
@@ -70,7 +71,7 @@ def bind_csr_outputs(bufs: Buffers, kv_indptr: Any, kv_indices: Any) -> CsrOutpu
 def _out(out: Any) -> Optional[CsrOutputs]:
     if out is not None and not isinstance(out, CsrOutputs):
         raise TypeError("out: expected specgraph.CsrOutputs (from bind_csr_outputs) or None, "
-                        f"got {type(out).__module__.split('.')[0]}.{type(out).__name__}")
+                        f"got {_check.type_name(out)}")
     return out
 
 

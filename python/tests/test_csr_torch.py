@@ -161,8 +161,8 @@ def test_torch_compile_sees_the_csr_ops(backend):
 def test_csr_ops_show_up_in_the_profiler_by_name():
     plan, arena, bufs = make()
     r2t = torch.zeros(plan.config.pool_rows, plan.config.max_context_len, dtype=torch.int32)
-    specgraph.stage_(bufs, 2, torch.tensor([1, 2]), torch.tensor([3, 4]), torch.zeros(18,
-                                                                                       dtype=torch.int64))
+    specgraph.stage_(bufs, 2, torch.tensor([1, 2]), torch.tensor([3, 4]),
+                     torch.zeros(18, dtype=torch.int64))
     specgraph.round_setup_(bufs, 2, r2t)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         specgraph.csr_step_indices_(bufs, 2, 0, r2t)
