@@ -296,7 +296,12 @@ ffi_map step_view_layout(buffers_ref b, std::int64_t bucket, std::int64_t step) 
                  {"expand_stride", static_cast<std::int64_t>(v.expand_stride)},
                  {"expand_cache_seqlen", offset(v.expand_cache_seqlen)},
                  {"device_step", offset(v.device_step)},
-                 {"confidence", offset(v.confidence)}};
+                 {"confidence", offset(v.confidence)},
+                 {"kv_indptr", offset(v.csr_kv_indptr)},
+                 {"kv_indices", offset(v.csr_kv_indices)},
+                 {"csr_capacity", v.csr_capacity},
+                 {"csr_kv_indptr_stride", v.csr_kv_indptr_stride},
+                 {"csr_kv_indices_stride", v.csr_kv_indices_stride}};
 }
 
 }  // namespace
