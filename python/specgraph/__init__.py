@@ -9,6 +9,7 @@ captured as CUDA graphs (docs/metadata.md has the semantics; README.md, the Pyth
     specgraph.stage_(bufs, bs, req_pool_indices, seq_lens, out_cache_loc)
     specgraph.round_setup_(bufs, bucket, req_to_token)  # inside torch.cuda.graph: step 0
     specgraph.step_metadata_(bufs, bucket, step)        # every step
+    specgraph.csr_step_indices_(bufs, bucket, step, req_to_token)  # formats="csr" / "both"
 
 Environment (read once, here): SPECGRAPH_CHECKED, SPECGRAPH_LOG_LEVEL, SPECGRAPH_NVTX; see
 specgraph._env.
@@ -23,6 +24,8 @@ from . import _env
 from . import _ffi
 from .buffers import Buffers, SparseStageViews, StepView, buffers, host_arena
 from .config import DraftConfig, SparseConfig, default_buckets
+from .csr import (CsrOutputs, bind_csr_outputs, csr_indices_device_, csr_round_indices_,
+                  csr_step_indices_)
 from .errors import CaptureFailed, CudaError, GuardViolation, InvalidArgument, SpecgraphError
 from .ops import (GuardWord, RoundGraph, SparseStage, advance_step_, check_guards,
                   continue_condition_host, count_violations_, initialize_, read_guards,
@@ -63,5 +66,6 @@ __all__ = [
     "check_guards", "count_violations_", "cuda_unavailable_reason", "default_buckets", "host_arena",
     "initialize_", "make_plan", "read_guards", "round_setup_", "sparse_stage_", "sparse_stages",
     "stage_", "step_metadata_", "step_metadata_device_", "advance_step_", "RoundGraph",
-    "round_graph", "continue_condition_host",
+    "round_graph", "continue_condition_host", "CsrOutputs", "bind_csr_outputs",
+    "csr_step_indices_", "csr_round_indices_", "csr_indices_device_",
 ]

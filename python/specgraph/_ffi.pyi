@@ -18,7 +18,8 @@ def make_plan(max_batch: int, topk: int, num_steps: int, page_size: int, max_con
               pool_rows: int, kv_slots: int, buckets: Sequence[int], checked: bool,
               round_graphs: bool, device_steps: bool, device_depth: bool, sparse_heads: int,
               vertical_size: Sequence[int], slash_size: Sequence[int],
-              sparse_max_keys: int) -> Plan: ...
+              sparse_max_keys: int, formats: int, csr_int64: bool) -> Plan:
+    """formats: 0 fa3, 1 csr, 2 both."""
 def default_buckets(max_batch: int) -> List[int]: ...
 def bucket_for(plan: Plan, batch: int) -> int: ...
 def plan_info(plan: Plan) -> Any:
@@ -78,3 +79,28 @@ def launch_round_graph(graph: RoundGraph, arena: Tensor) -> None:
 def round_graph_bucket(graph: RoundGraph) -> int: ...
 def continue_condition_host(bufs: Buffers, arena: Tensor, bucket: int, flag: Tensor) -> None:
     """CPU arenas: the round's condition kernel writes 1 (continue) or 0 into flag (int32 [1])."""
+
+# ---- CSR draft-decode indices (csr.cpp): like the ops above ------------------------------------
+def csr_check_outputs(bufs: Buffers, arena: Tensor, kv_indptr: Tensor,
+                      kv_indices: Tensor) -> List[int]:
+    """Host checks only: [kv_indices is int64, kv_indptr row stride, kv_indices row stride]."""
+def csr_step_indices(bufs: Buffers, arena: Tensor, bucket: int, step: int,
+                     req_to_token: Tensor) -> None: ...
+def csr_round_indices(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor) -> None: ...
+def csr_step_indices_out(bufs: Buffers, arena: Tensor, bucket: int, step: int,
+                         req_to_token: Tensor, kv_indptr: Tensor, kv_indices: Tensor) -> None: ...
+def csr_round_indices_out(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor,
+                          kv_indptr: Tensor, kv_indices: Tensor) -> None: ...
+def csr_indices_device(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor) -> None:
+    """device_steps plans: the step the device counter holds."""
+def csr_indices_device_out(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor,
+                           kv_indptr: Tensor, kv_indices: Tensor) -> None: ...
+def kv_indices_used_host(seq_len: Tensor, req_pool_index: Tensor, req_to_token: Tensor, topk: int,
+                         num_steps: int, page_size: int, entry_page_size: int, window: int,
+                         sink: int, slot_limit: int, int64: bool) -> List[int]:
+    """Host arrays: validates every content; the entries each step uses."""
+def kv_indices_run_host(seq_len: Tensor, req_pool_index: Tensor, req_to_token: Tensor, topk: int,
+                        num_steps: int, page_size: int, entry_page_size: int, window: int,
+                        sink: int, slot_limit: int, kv_indptr: Tensor, kv_indices: Tensor,
+                        capacity: Sequence[int]) -> List[List[int]]:
+    """Host arrays: every step into row s; each step's guard word."""

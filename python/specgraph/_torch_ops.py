@@ -44,6 +44,23 @@ SCHEMAS = {
                      "int chunk_len, int chunk_q_len) -> ()",
     "count_violations_": "count_violations_(Tensor arena, int handle, Tensor(a!) out) -> ()",
     "check_guards": "check_guards(Tensor arena, int handle, int bucket) -> ()",
+    # CSR draft-decode indices (specgraph.csr): into the arena, or into the engine's outputs
+    # (the arena's guard words and scratch are written too).
+    "csr_step_indices_": "csr_step_indices_(Tensor(a!) arena, int handle, int bucket, int step, "
+                         "Tensor req_to_token) -> ()",
+    "csr_round_indices_": "csr_round_indices_(Tensor(a!) arena, int handle, int bucket, "
+                          "Tensor req_to_token) -> ()",
+    "csr_step_indices_out_": "csr_step_indices_out_(Tensor(a!) arena, int handle, int bucket, "
+                             "int step, Tensor req_to_token, Tensor(b!) kv_indptr, "
+                             "Tensor(c!) kv_indices) -> ()",
+    "csr_round_indices_out_": "csr_round_indices_out_(Tensor(a!) arena, int handle, int bucket, "
+                              "Tensor req_to_token, Tensor(b!) kv_indptr, "
+                              "Tensor(c!) kv_indices) -> ()",
+    "csr_indices_device_": "csr_indices_device_(Tensor(a!) arena, int handle, int bucket, "
+                           "Tensor req_to_token) -> ()",
+    "csr_indices_device_out_": "csr_indices_device_out_(Tensor(a!) arena, int handle, "
+                               "int bucket, Tensor req_to_token, Tensor(b!) kv_indptr, "
+                               "Tensor(c!) kv_indices) -> ()",
 }
 
 
@@ -104,6 +121,12 @@ _IMPLS = {
     "sparse_stage_": _on_arena(_ffi.sparse_stage),
     "count_violations_": _on_arena(_ffi.count_violations, writes=False),
     "check_guards": _on_arena(_ffi.check_guards, writes=False),
+    "csr_step_indices_": _on_arena(_ffi.csr_step_indices),
+    "csr_round_indices_": _on_arena(_ffi.csr_round_indices),
+    "csr_step_indices_out_": _on_arena(_ffi.csr_step_indices_out),
+    "csr_round_indices_out_": _on_arena(_ffi.csr_round_indices_out),
+    "csr_indices_device_": _on_arena(_ffi.csr_indices_device),
+    "csr_indices_device_out_": _on_arena(_ffi.csr_indices_device_out),
 }
 
 _lib = torch.library.Library("specgraph", "DEF")

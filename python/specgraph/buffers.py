@@ -36,6 +36,14 @@ class StepView(NamedTuple):
     # device_steps mode: int32 [1], the step the graph is at (read it on the device: d =
     # device_step + 1, the step's table is expand_page_table[:, :d + 1]); None per-step.
     device_step: Any = None
+    # Plans with CSR (formats csr or both; docs/csr.md): this step's kv_indptr, int32
+    # [rows + 1], and kv_indices, int32 or int64 [rows * (max_context_len + step + 1)] (the
+    # bucket's exact capacity; kv_indptr[rows] are used). device_steps: every step's, int32
+    # [num_steps, rows + 1] and [num_steps, rows * (max_context_len + num_steps)], strided
+    # rows; the step the device counter holds owns row device_step. None without CSR. A
+    # csr-only plan's FA3 fields (prefix_page_table, expand_*) are None.
+    kv_indptr: Any = None
+    kv_indices: Any = None
 
 
 class SparseStageViews(NamedTuple):
@@ -119,7 +127,7 @@ class Buffers:
     @property
     def prefix_page_table(self) -> Any:
         """int32 [max_bucket, ceil(max_context_len / page_size)], once for every step."""
-        cap = self.plan.layout["prefix_capacity"]
+        cap = self._holds("fa3")["prefix_capacity"]
         return self._fixed("prefix_page_table", "int32", (self.plan.max_bucket, cap))
 
     @property
@@ -144,16 +152,42 @@ class Buffers:
 
     def expand_page_table(self, step: int) -> Any:
         """int32 [max_rows, stride]: step's expand table; d + 1 = step + 2 columns are written."""
-        s = self._step(step)
+        s, _ = self._step(step), self._holds("fa3")
         stride = self.plan.layout["expand_stride"][s]
         return self._view(("expand_page_table", s), self.plan.layout["expand_page_table"][s],
                           "int32", (self.plan.max_rows, stride))
 
     def expand_cache_seqlen(self, step: int) -> Any:
         """int32 [max_rows]: step's cache_seqlen (last_page_len + d)."""
-        s = self._step(step)
+        s, _ = self._step(step), self._holds("fa3")
         return self._view(("expand_cache_seqlen", s), self.plan.layout["expand_cache_seqlen"][s],
                           "int32", (self.plan.max_rows,))
+
+    def csr_kv_indptr(self, step: int) -> Any:
+        """int32 [max_rows + 1]: step's CSR kv_indptr row (formats csr or both)."""
+        s, lay = self._step(step), self._holds("csr")
+        rows = self.plan.max_rows
+        return self._view(("csr_kv_indptr", s), lay["csr_kv_indptr"] + 4 * s * (rows + 1),
+                          "int32", (rows + 1,))
+
+    def csr_kv_indices(self, step: int) -> Any:
+        """int32 or int64 (DraftConfig.csr_int64) [C_s]: step's CSR kv_indices, exactly
+        C_s = max_rows * (max_context_len + step + 1) entries (formats csr or both)."""
+        s, lay = self._step(step), self._holds("csr")
+        return self._view(("csr_kv_indices", s), lay["csr_kv_indices"][s],
+                          "int64" if self.plan.config.csr_int64 else "int32",
+                          (lay["csr_capacity"][s],))
+
+    def _csr_steps(self, rows: int) -> Tuple[Any, Any]:
+        """device_steps: every step's kv_indptr and kv_indices (one row per step), cut to
+        `rows` query rows."""
+        lay, c = self._holds("csr"), self.plan.config
+        n, t = c.num_steps, "int64" if c.csr_int64 else "int32"
+        indptr = self._view("csr_kv_indptr", lay["csr_kv_indptr"], "int32",
+                            (n, self.plan.max_rows + 1))
+        indices = self._view("csr_kv_indices", lay["csr_kv_indices"][0], t,
+                             (n, lay["csr_kv_indices_stride"]))
+        return indptr[:, : rows + 1], indices[:, : rows * (c.max_context_len + n)]
 
     def sparse_inputs(self) -> Dict[str, Any]:
         """The sparse selection the engine writes before sparse_stage_(): vertical / slash
@@ -189,21 +223,24 @@ class Buffers:
         bucket = self._bucket(bucket)
         s = self._step(step)
         rows = bucket * c.topk
-        if c.device_steps:  # one graph serves every step: the whole table, the step on device
-            return StepView(
-                bucket, s, s + 1, c.topk, c.page_size, rows,
-                self.req_pool_index[:bucket], self.seq_len[:bucket], self.out_cache_loc[:bucket],
-                self.real_batch, self.last_page_len[:bucket], self.prefix_seqlen[:bucket],
-                self.prefix_page_table[:bucket], self.cu_seqlens_q[: bucket + 1],
-                self.expand_page_table(s)[:rows], self.expand_cache_seqlen(s)[:rows],
-                self.confidence[:rows], self.device_step)
+        fa3 = self.plan.layout["has_fa3"]
+        # device_steps: one graph serves every step: the whole table, the step on the device.
+        cols = slice(None) if c.device_steps else slice(0, s + 2)
+        kv_indptr = kv_indices = None
+        if c.has_csr and c.device_steps:
+            kv_indptr, kv_indices = self._csr_steps(rows)
+        elif c.has_csr:
+            kv_indptr = self.csr_kv_indptr(s)[: rows + 1]
+            kv_indices = self.csr_kv_indices(s)[: rows * (c.max_context_len + s + 1)]
         return StepView(
             bucket, s, s + 1, c.topk, c.page_size, rows,
             self.req_pool_index[:bucket], self.seq_len[:bucket], self.out_cache_loc[:bucket],
             self.real_batch, self.last_page_len[:bucket], self.prefix_seqlen[:bucket],
-            self.prefix_page_table[:bucket], self.cu_seqlens_q[: bucket + 1],
-            self.expand_page_table(s)[:rows, : s + 2], self.expand_cache_seqlen(s)[:rows],
-            self.confidence[:rows])
+            self.prefix_page_table[:bucket] if fa3 else None, self.cu_seqlens_q[: bucket + 1],
+            self.expand_page_table(s)[:rows, cols] if fa3 else None,
+            self.expand_cache_seqlen(s)[:rows] if fa3 else None,
+            self.confidence[:rows], self.device_step if c.device_steps else None,
+            kv_indptr, kv_indices)
 
     def _step(self, step: int) -> int:
         n = self.plan.config.num_steps
@@ -234,6 +271,15 @@ class Buffers:
             _check.torch_arena_intact("arena", self.arena, self._base, self.plan.total_bytes)
             raise InvalidArgument("arena: its storage changed under the buffers; make new "
                                   "buffers over the arena", field="arena")
+
+    def _holds(self, fmt: str) -> Dict[str, Any]:
+        """The layout; InvalidArgument("formats") unless the plan holds `fmt` (fa3 or csr)."""
+        if self.plan.config.formats not in (fmt, "both"):
+            what = "CSR indices" if fmt == "csr" else "FA3 page tables"
+            raise InvalidArgument(f"formats: {self.plan.config.formats!r}: this plan holds no "
+                                  f"{what} (DraftConfig(formats=\"{fmt}\") or \"both\")",
+                                  field="formats")
+        return self.plan.layout
 
     def _sparse(self) -> Any:
         sp = self.plan.config.sparse
@@ -310,7 +356,6 @@ ALIGNED_ARENA_HINT = ("use specgraph.host_arena(plan) for host memory (numpy's a
                       "allocators align less), or a torch CUDA tensor from the caching "
                       "allocator: torch.empty(plan.total_bytes, dtype=torch.uint8, "
                       "device=\"cuda\")")
-
 
 
 def host_arena(plan: Plan, *, framework: str = "numpy") -> Any:

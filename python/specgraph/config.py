@@ -8,6 +8,8 @@ from typing import Any, Optional, Sequence, Tuple
 from . import _check, _ffi
 from .errors import InvalidArgument
 
+FORMATS = ("fa3", "csr", "both")  # draft_config::formats, in the C++ enum's order
+
 
 def _int(field: str, value: Any) -> int:
     return _check.index(field, value)  # numpy integers too; TypeError / InvalidArgument
@@ -61,14 +63,25 @@ class DraftConfig:
     # Device step counter / device-decided depth (docs/device-rounds.md).
     device_steps: bool = False
     device_depth: bool = False
+    # Which draft-decode metadata the plan holds (docs/csr.md): "fa3" (the prefix and expand
+    # page tables), "csr" (the CSR kv_indptr / kv_indices FlashInfer and Triton read) or "both".
+    formats: str = "fa3"
+    # CSR kv_indices as int64 (Triton's) instead of int32 (FlashInfer's).
+    csr_int64: bool = False
 
     def __post_init__(self) -> None:
         for f in ("max_batch", "topk", "num_steps", "page_size", "max_context_len", "pool_rows",
                   "kv_slots"):
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "buckets", _ints("buckets", self.buckets))
-        for f in ("checked", "round_graphs", "device_steps", "device_depth"):
+        for f in ("checked", "round_graphs", "device_steps", "device_depth", "csr_int64"):
             object.__setattr__(self, f, _check.boolean(f, getattr(self, f)))
+        if not isinstance(self.formats, str):
+            raise TypeError(f"formats: expected one of {', '.join(FORMATS)} (a str), got "
+                            f"{_check.type_name(self.formats)}")
+        if self.formats not in FORMATS:
+            raise InvalidArgument(f"formats: {self.formats!r} is not one of "
+                                  f"{', '.join(FORMATS)}", field="formats")
         if self.sparse is not None and not isinstance(self.sparse, SparseConfig):
             raise TypeError("sparse: expected SparseConfig or None, got "
                             f"{_check.type_name(self.sparse)}")
@@ -84,7 +97,12 @@ class DraftConfig:
             self.pool_rows, self.kv_slots, list(self.buckets), self.checked, self.round_graphs,
             self.device_steps, self.device_depth, s.heads if s else 0,
             list(s.vertical_size) if s else [], list(s.slash_size) if s else [],
-            s.max_keys if s else 0)
+            s.max_keys if s else 0, FORMATS.index(self.formats), self.csr_int64)
+
+    @property
+    def has_csr(self) -> bool:
+        """Whether the plan holds the CSR kv_indptr / kv_indices (formats csr or both)."""
+        return self.formats != "fa3"
 
 
 def default_buckets(max_batch: int) -> Tuple[int, ...]:

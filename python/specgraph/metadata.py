@@ -1,5 +1,6 @@
 """The metadata kernels at function level, on host arrays: for crash dumps, tests and the
-published vectors (docs/metadata.md sections 3 and 6), like `specgraph metadata expand|fallback`.
+published vectors (docs/metadata.md sections 3 and 6, docs/csr.md), like `specgraph metadata
+expand|fallback|kv-indices`.
 
 These run the kernels' own per-row code on the calling thread over numpy arrays (or anything
 host-resident with __dlpack__); they need numpy. Parameters and contents are validated first
@@ -9,7 +10,7 @@ refused and returned as a Violation, never made.
 
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from . import _check, _ffi
 from ._deps import require
@@ -46,6 +47,13 @@ class ExpandResult(NamedTuple):
 class FallbackResult(NamedTuple):
     indices: Any  # int32 [n]
     violations: List[Violation]
+
+
+class KvIndicesResult(NamedTuple):
+    kv_indptr: Any  # int32 [num_steps, batch * topk + 1], always complete
+    kv_indices: List[Any]  # per step: int32 or int64 [min(used[s], capacity[s])]
+    used: List[int]  # the entries each step needs: topk * sum(Lw) + batch * topk * (s + 1)
+    violations: Dict[int, Violation]  # step -> its refused stores (capacity short)
 
 
 def _violation(w: Any) -> Violation:
@@ -158,3 +166,58 @@ def sparse_fallback(seq_len: int, max_count: int, capacity: int) -> FallbackResu
     r = [int(x) for x in _ffi.sparse_fallback(seq_len, max_count, out, capacity)]
     violations = [_violation(r[1:])] if r[1] else []
     return FallbackResult(out[: r[0]].copy(), violations)
+
+
+def draft_kv_indices(seq_len: Any, req_pool_index: Any, req_to_token: Any, *, topk: int,
+                     num_steps: int, page_size: int, entry_page_size: int = 1, window: int = 0,
+                     sink: int = 0, capacity: Optional[Sequence[int]] = None,
+                     kv_slots: int = 1 << 62, int64: bool = False) -> KvIndicesResult:
+    """The CSR draft-decode indices of every step (docs/csr.md), as `specgraph metadata
+    kv-indices` computes them: the kernels' host twin, one launch per step.
+
+    seq_len, req_pool_index: [batch] (any integer arrays or lists whose values fit int32);
+    req_to_token: int32-valued [pool_rows, width], one slot per position (entry_page_size 1) or
+    one page id per entry_page_size positions; window / sink: the draft attention window (0:
+    off); capacity: each step's kv_indices capacity (default: what it uses), a shorter one
+    refuses the excess and reports it in `violations`; kv_slots: slots must be below it;
+    int64: int64 kv_indices (Triton's) instead of int32. Every value is checked first
+    (InvalidArgument naming the field or element; a request whose branch regions pass its row,
+    `seq_len[r]`), then the outputs are allocated. Host only; runs inline.
+    """
+    np = require("numpy", "specgraph.metadata.draft_kv_indices")
+
+    seq = _int_array("seq_len", seq_len, "int32", np).reshape(-1)
+    pool = _int_array("req_pool_index", req_pool_index, "int32", np).reshape(-1)
+    table = _int_array("req_to_token", req_to_token, "int32", np)
+    if seq.size == 0:
+        raise InvalidArgument("seq_len: empty, expected [batch >= 1]", field="seq_len")
+    scalars = [_check.index(f, v) for f, v in (
+        ("topk", topk), ("num_steps", num_steps), ("page_size", page_size),
+        ("entry_page_size", entry_page_size), ("window", window), ("sink", sink),
+        ("kv_slots", kv_slots))]
+    int64 = _check.boolean("int64", int64)
+    if scalars[6] < 1:
+        raise InvalidArgument(f"kv_slots: {scalars[6]} is below the minimum 1", field="kv_slots")
+    used = [int(u) for u in _ffi.kv_indices_used_host(seq, pool, table, *scalars, int64)]
+    if capacity is None:
+        caps = used
+    else:
+        if isinstance(capacity, (str, bytes)) or not hasattr(capacity, "__iter__"):
+            raise TypeError(f"capacity: expected a sequence of ints, got "
+                            f"{_check.type_name(capacity)}")
+        caps = [_check.index(f"capacity[{i}]", c) for i, c in enumerate(capacity)]
+        if len(caps) != len(used):
+            raise InvalidArgument(f"capacity: {len(caps)} entries, expected one per step, "
+                                  f"{len(used)}", field="capacity")
+        for i, c in enumerate(caps):
+            if not 0 <= c < 1 << 31:
+                raise InvalidArgument(f"capacity[{i}]: {c} is outside [0, 2147483647]",
+                                      field=f"capacity[{i}]")
+    kept = [min(u, c) for u, c in zip(used, caps)]
+    indptr = np.zeros((len(used), seq.size * scalars[0] + 1), dtype=np.int32)
+    indices = np.zeros((len(used), max(max(kept), 1)), dtype=np.int64 if int64 else np.int32)
+    words = _ffi.kv_indices_run_host(seq, pool, table, *scalars, indptr, indices,
+                                     [min(c, indices.shape[1]) for c in caps])
+    violations = {s: _violation(w) for s, w in enumerate(words) if int(w[0])}
+    return KvIndicesResult(indptr, [indices[s, :k].copy() for s, k in enumerate(kept)], used,
+                           violations)

@@ -299,12 +299,15 @@ _KERNELS = ("none", "expand_page_table", "prefix_metadata", "sparse_fallback", "
 
 def _guard_word(bufs: Buffers, index: int, w: Any) -> GuardWord:
     n = bufs.plan.config.num_steps
+    csr = bufs.plan.layout["guard_csr_base"] if bufs.plan.config.has_csr else -1
     if index == 0:
         buffer, step = "input (staging)", None
     elif index == 1:
         buffer, step = "prefix.page_table", None
     elif index < 2 + n:
         buffer, step = "expand.page_table", index - 2
+    elif 0 <= csr <= index:
+        buffer, step = "csr.kv_indices", index - csr
     else:
         buffer, step = "sparse." + STAGE_KINDS[index - 2 - n], None
     violations, kind, kernel, row, column, capacity, value = (int(x) for x in w)

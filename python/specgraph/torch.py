@@ -20,6 +20,10 @@ view.confidence: run_round() is one launch and the device decides the depth (sta
 and min_confidence), left in DraftGraphs.depth. torch.cuda.graph itself records no WHILE node.
 The forward is the engine's: it reads the static buffers through the StepView it is
 given and must only enqueue work on the current stream (it runs inside torch.cuda.graph).
+With CSR in the plan (DraftConfig(formats="csr" or "both"), docs/csr.md) each step's graph
+also writes that step's kv_indptr / kv_indices before the forward (into the arena, or into the
+engine's buffers bound with specgraph.bind_csr_outputs and passed as csr_outputs), and the
+view carries them (view.kv_indptr, view.kv_indices). The bodies: specgraph._capture.
 
 On a CPU arena (no CUDA) nothing is captured: capture() runs the warm-ups and run_round the same
 sequence eagerly, so the driver's logic is usable and testable without a GPU.
@@ -30,8 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 try:
     import torch
@@ -45,53 +48,18 @@ except ImportError as _e:  # say what to install, not a bare "No module named 't
 
 from . import _check, _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
-from .buffers import Buffers, StepView
+from ._capture import ROUND, CaptureReport, Forward, GraphTiming, StepBody, pool_bytes
+from .buffers import Buffers
+from .csr import CsrOutputs
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
-from .ops import (RoundGraph, advance_step_, check_guards, continue_condition_host,
-                  count_violations_, round_graph, round_setup_, stage_, step_metadata_,
-                  step_metadata_device_)
+from .ops import (RoundGraph, check_guards, continue_condition_host, count_violations_,
+                  round_graph, stage_)
 
 logger = logging.getLogger("specgraph")
 
-ROUND = -1  # the step of a whole-round graph in reports
 MAX_WARMUPS = 100  # eager runs of a graph's work before its capture
 
-Forward = Callable[[StepView], None]
-
-
-class GraphTiming(NamedTuple):
-    bucket: int
-    step: int  # ROUND (-1) for a whole-round graph
-    seconds: float  # warmups excluded: the capture itself
-
-
-class CaptureReport(NamedTuple):
-    graphs: int
-    seconds: float  # the whole capture(), warmups and barriers included
-    per_graph: List[GraphTiming]  # in capture order (largest bucket first)
-    pool_bytes: int  # the graph pool's segments in torch's allocator after capture
-    arena_bytes: int
-    mode: str  # "cuda_graph", or "eager" on a CPU arena
-
-    def line(self) -> str:
-        """The one log line per capture: parseable, fixed format. On a CPU arena nothing is
-        captured (CUDA graphs need a CUDA arena) and the line says so instead of "0 graphs"."""
-        if self.mode == "eager":
-            return (f"specgraph capture: none, eager mode on a CPU arena (run_round runs the ops "
-                    f"and the forward directly; CUDA graphs need a CUDA arena), arena "
-                    f"{self.arena_bytes} bytes")
-        return (f"specgraph capture: {self.graphs} graphs in {self.seconds:.3f} s, "
-                f"pool {self.pool_bytes / (1 << 20):.1f} MiB, arena {self.arena_bytes} bytes")
-
-
-def _pool_bytes(pool: Any, device: torch.device) -> Optional[int]:
-    """Bytes of the segments torch's allocator holds for graph pool `pool` on `device`."""
-    try:
-        segments = torch.cuda.memory_snapshot(mempool_id=pool, include_traces=False)
-    except Exception:  # older torch: no per-pool snapshot
-        return None
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return sum(int(s.get("total_size", 0)) for s in segments if s.get("device", index) == index)
+__all__ = ["CaptureReport", "DraftGraphs", "Forward", "GraphTiming", "MAX_WARMUPS", "ROUND"]
 
 
 class DraftGraphs:
@@ -106,7 +74,9 @@ class DraftGraphs:
     before each capture (step ROUND for a round graph), e.g. the engine's TP barrier.
     round_graphs: also capture a whole-round graph per bucket (default plan.config.round_graphs).
     checked: "off", "async" or "sync" (default SPECGRAPH_CHECKED): the guard check after each
-    round (see specgraph._env). capture_error_mode: passed to torch.cuda.graph.
+    round (see specgraph._env). capture_error_mode: passed to torch.cuda.graph. csr_outputs
+    (plans with CSR): the engine's kv_indptr / kv_indices from specgraph.bind_csr_outputs, which
+    each step's graph writes instead of the arena's CSR buffers (the views then point there).
     """
 
     def __init__(self, bufs: Buffers, forward: Forward, *, req_to_token: torch.Tensor,
@@ -114,7 +84,8 @@ class DraftGraphs:
                  stream: Optional[torch.cuda.Stream] = None, warmups: int = 2,
                  before_capture: Optional[Callable[[int, int], None]] = None,
                  round_graphs: Optional[bool] = None, checked: Optional[str] = None,
-                 capture_error_mode: str = "global") -> None:
+                 capture_error_mode: str = "global",
+                 csr_outputs: Optional[CsrOutputs] = None) -> None:
         if not isinstance(bufs, Buffers) or bufs.framework != "torch":
             raise InvalidArgument(
                 "bufs: DraftGraphs needs Buffers over a torch arena: specgraph.buffers(plan, "
@@ -159,6 +130,7 @@ class DraftGraphs:
             raise InvalidArgument(f"checked: {self.checked!r} is not off, async or sync",
                                   field="checked")
         self.capture_error_mode = capture_error_mode
+        self._body = StepBody(bufs, forward, self.req_to_token, csr_outputs)
         self.report: Optional[CaptureReport] = None
         self._graphs: Dict[Tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._rounds: Dict[int, RoundGraph] = {}  # device_depth: bucket -> its round graph
@@ -176,18 +148,7 @@ class DraftGraphs:
 
     # ---- capture ---------------------------------------------------------------------------
     def _record(self, bucket: int, step: int) -> None:
-        if self.device_steps:  # one body for every step: the step is the device counter's
-            round_setup_(self.bufs, bucket, self.req_to_token)
-            step_metadata_device_(self.bufs, bucket)
-            self.forward(self.bufs.view(bucket, 0))
-            advance_step_(self.bufs)
-            return
-        steps = range(self.plan.config.num_steps) if step == ROUND else (step,)
-        for s in steps:
-            if s == 0:
-                round_setup_(self.bufs, bucket, self.req_to_token)
-            step_metadata_(self.bufs, bucket, s)
-            self.forward(self.bufs.view(bucket, s))
+        self._body.record(bucket, step, self.device_steps)
 
     def _graph_keys(self) -> List[Tuple[int, int]]:
         if self.device_steps:
@@ -205,7 +166,7 @@ class DraftGraphs:
         (CaptureReport.line())."""
         start = time.perf_counter()
         timings: List[GraphTiming] = []
-        pool_bytes = 0
+        in_pool_bytes = 0
         if self.mode == "cuda_graph":
             torch.cuda.synchronize(self.device)
             reserved = torch.cuda.memory_stats(self.device).get("reserved_bytes.all.current", 0)
@@ -236,9 +197,9 @@ class DraftGraphs:
                 timings.append(GraphTiming(bucket, step, time.perf_counter() - t0))
                 self._graphs[(bucket, step)] = g
             torch.cuda.synchronize(self.device)
-            in_pool = _pool_bytes(pool, self.device)
+            in_pool = pool_bytes(pool, self.device)
             # Without a per-pool snapshot: the growth of reserved memory.
-            pool_bytes = in_pool if in_pool is not None else (
+            in_pool_bytes = in_pool if in_pool is not None else (
                 torch.cuda.memory_stats(self.device).get("reserved_bytes.all.current", 0)
                 - reserved)
         else:  # eager: the same warm-ups, so a forward's first calls are the same on a CPU
@@ -246,7 +207,7 @@ class DraftGraphs:
                 self._warm_up(bucket, step)
             self._reset_step()
         self.report = CaptureReport(len(self._graphs), time.perf_counter() - start, timings,
-                                    max(pool_bytes, 0), self.plan.total_bytes, self.mode)
+                                    max(in_pool_bytes, 0), self.plan.total_bytes, self.mode)
         logger.info(self.report.line())
         return self.report
 

@@ -24,6 +24,7 @@
 #include "specgraph/buffers.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
+#include "specgraph/ops.hpp"
 #include "specgraph/plan.hpp"
 
 namespace specgraph::python {
@@ -107,6 +108,13 @@ class buffers_ref : public ffi::ObjectRef {
   TVM_FFI_DEFINE_OBJECT_REF_METHODS_NOTNULLABLE(buffers_ref, ffi::ObjectRef, buffers_obj);
 };
 
+// The buffers over an op's arena argument (ops.cpp): the arena the buffers were made over, or a
+// copy of it of the plan's size on the same device (torch.compile's functionalization).
+specgraph::draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView& arena);
+// req_to_token checked as the ops read it (int32 [>= pool_rows, max_context_len], contiguous,
+// on the buffers' device); throws invalid_argument naming "req_to_token".
+specgraph::engine_tables tables_of(const buffers_ref& b, const ffi::TensorView& req_to_token);
+
 // ---- executors --------------------------------------------------------------------------------
 // The executor for work on `device`: the host executor for CPU memory; for CUDA memory a cuda
 // executor over the environment stream of that device (torch's current stream when a torch
@@ -126,6 +134,9 @@ enum class op_id : int {
   initialize,
   step_metadata_device,
   advance_step,
+  csr_step_indices,
+  csr_round_indices,
+  csr_indices_device,
   count
 };
 void set_nvtx_enabled(bool on);

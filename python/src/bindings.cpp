@@ -38,7 +38,8 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
                    std::int64_t kv_slots, ffi::Array<std::int64_t> buckets, bool checked,
                    bool round_graphs, bool device_steps, bool device_depth,
                    std::int64_t sparse_heads, ffi::Array<std::int64_t> vertical_size,
-                   ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys) {
+                   ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys,
+                   std::int64_t formats, bool csr_int64) {
   draft_config c;
   c.max_batch = int32_arg("max_batch", max_batch);
   c.topk = int32_arg("topk", topk);
@@ -52,6 +53,9 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
   c.round_graphs = round_graphs;
   c.device_steps = device_steps;
   c.device_depth = device_depth;
+  // Its range is validate()'s (the name, the value and the last format).
+  c.formats = static_cast<metadata_formats>(int32_arg("formats", formats));
+  c.csr_int64 = csr_int64;
   if (sparse_heads != 0) {
     sparse_config s;
     s.heads = int32_arg("sparse.heads", sparse_heads);
@@ -126,6 +130,12 @@ ffi_map plan_info(plan_ref ref) {
       {"sparse_vertical_stride", static_cast<std::int64_t>(si.vertical_stride)},
       {"sparse_slash_stride", static_cast<std::int64_t>(si.slash_stride)},
       {"sparse_stages", stages},
+      {"has_fa3", l.has_fa3},
+      {"csr_kv_indptr", static_cast<std::int64_t>(l.csr_kv_indptr)},
+      {"csr_kv_indices", int64_array(l.csr_kv_indices)},
+      {"csr_capacity", int64_array(l.csr_capacity)},
+      {"csr_kv_indices_stride", l.csr_kv_indices_stride},
+      {"guard_csr_base", static_cast<std::int64_t>(l.guard_csr_base)},
   };
   return ffi_map{
       {"buffers", buffers},
@@ -136,6 +146,8 @@ ffi_map plan_info(plan_ref ref) {
                                          static_cast<std::int64_t>(p.today.total_bytes)}},
       {"prefix_table_bytes", static_cast<std::int64_t>(p.our_prefix_table_bytes)},
       {"expand_table_bytes", static_cast<std::int64_t>(p.our_expand_table_bytes)},
+      {"csr_indices_bytes", static_cast<std::int64_t>(p.our_csr_indices_bytes)},
+      {"today_csr_indices_bytes", static_cast<std::int64_t>(p.today.csr_indices_bytes)},
       {"layout", layout},
       {"report_text", ffi::String(p.report_text())},
       {"report_json", ffi::String(p.report_json())},

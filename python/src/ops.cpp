@@ -21,6 +21,8 @@ bool same_device(DLDevice a, DLDevice b) {
   return a.device_type == b.device_type && a.device_id == b.device_id;
 }
 
+}  // namespace
+
 // The buffers over the op's arena argument: normally the arena the buffers were made over; under
 // torch.compile's functionalization it may be a copy of it (written, then copied back), so any
 // arena of the plan's size on the same device is accepted, each call over its own address.
@@ -42,6 +44,24 @@ draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView& arena) {
                         describe_device(b->device));
   return draft_buffers(*b->plan, base);
 }
+
+// req_to_token as the ops read it: int32 [>= pool_rows, max_context_len], contiguous, on the
+// buffers' device.
+engine_tables tables_of(const buffers_ref& b, const ffi::TensorView& req_to_token) {
+  const draft_config& c = b->plan->config;
+  // Engines allocate req_to_token wider than max_context_len: its rows are read at the
+  // tensor's own width (contiguous, so the row stride is size(1)).
+  SPECGRAPH_EXPECTS(req_to_token.ndim() == 2 && req_to_token.size(0) >= c.pool_rows &&
+                        req_to_token.size(1) >= c.max_context_len,
+                    "req_to_token",
+                    "shape " + describe_shape(req_to_token) +
+                        ", expected [pool_rows >= " + std::to_string(c.pool_rows) +
+                        ", columns >= max_context_len " + std::to_string(c.max_context_len) + "]");
+  check_int_tensor("req_to_token", req_to_token, int_kind::int32, 1, b->device);
+  return {static_cast<const std::int32_t*>(address_of(req_to_token)), req_to_token.size(1)};
+}
+
+namespace {
 
 buffers_ref make_buffers(plan_ref p, ffi::Tensor arena, bool initialize) {
   const DLDataType dt = arena.dtype();
@@ -155,18 +175,8 @@ void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                  ffi::TensorView req_to_token) {
   op_range r(op_id::round_setup);
   const draft_buffers bufs = buffers_of(b, arena);
-  const draft_config& c = b->plan->config;
-  // Engines allocate req_to_token wider than max_context_len: its rows are read at the
-  // tensor's own width (contiguous, so the row stride is size(1)).
-  SPECGRAPH_EXPECTS(req_to_token.ndim() == 2 && req_to_token.size(0) >= c.pool_rows &&
-                        req_to_token.size(1) >= c.max_context_len,
-                    "req_to_token",
-                    "shape " + describe_shape(req_to_token) +
-                        ", expected [pool_rows >= " + std::to_string(c.pool_rows) +
-                        ", columns >= max_context_len " + std::to_string(c.max_context_len) + "]");
-  check_int_tensor("req_to_token", req_to_token, int_kind::int32, 1, b->device);
   setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-              {static_cast<const std::int32_t*>(address_of(req_to_token)), req_to_token.size(1)});
+              tables_of(b, req_to_token));
 }
 
 void step_metadata_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
@@ -231,23 +241,25 @@ void check_guards(buffers_ref b, ffi::TensorView arena, std::int64_t bucket) {
   for (std::size_t i = 0; i < words.size(); ++i) {
     const guard_word& g = words[i];
     if (g.violations == 0) continue;
+    const guard_site site = guard_site_of(*b->plan, static_cast<std::int32_t>(i));
+    std::string message;
     try {
       raise_guard_violations(*b->plan, words, at);
     } catch (const guard_violation& e) {
-      const guard_site site = guard_site_of(*b->plan, static_cast<std::int32_t>(i));
-      throw_kind(kind_guard_violation, e.what(),
-                 {{"buffer", ffi::String(site.buffer)},
-                  {"step", static_cast<std::int64_t>(site.step)},
-                  {"bucket", static_cast<std::int64_t>(at)},
-                  {"row", static_cast<std::int64_t>(g.row)},
-                  {"column", static_cast<std::int64_t>(g.column)},
-                  {"kind", ffi::String(to_string(static_cast<violation_kind>(g.kind)))},
-                  {"kernel", ffi::String(to_string(static_cast<kernel_id>(g.kernel)))},
-                  {"capacity", static_cast<std::int64_t>(g.capacity)},
-                  {"value", static_cast<std::int64_t>(g.value)},
-                  {"violations", static_cast<std::int64_t>(g.violations)},
-                  {"guard", static_cast<std::int64_t>(i)}});
+      message = e.what();
     }
+    throw_kind(kind_guard_violation, message,
+               {{"buffer", ffi::String(site.buffer)},
+                {"step", static_cast<std::int64_t>(site.step)},
+                {"bucket", static_cast<std::int64_t>(at)},
+                {"row", static_cast<std::int64_t>(g.row)},
+                {"column", static_cast<std::int64_t>(g.column)},
+                {"kind", ffi::String(to_string(static_cast<violation_kind>(g.kind)))},
+                {"kernel", ffi::String(to_string(static_cast<kernel_id>(g.kernel)))},
+                {"capacity", static_cast<std::int64_t>(g.capacity)},
+                {"value", static_cast<std::int64_t>(g.value)},
+                {"violations", static_cast<std::int64_t>(g.violations)},
+                {"guard", static_cast<std::int64_t>(i)}});
   }
 }
 
@@ -286,7 +298,12 @@ ffi_map step_view_layout(buffers_ref b, std::int64_t bucket, std::int64_t step) 
                  {"expand_stride", static_cast<std::int64_t>(v.expand_stride)},
                  {"expand_cache_seqlen", offset(v.expand_cache_seqlen)},
                  {"device_step", offset(v.device_step)},
-                 {"confidence", offset(v.confidence)}};
+                 {"confidence", offset(v.confidence)},
+                 {"kv_indptr", offset(v.csr_kv_indptr)},
+                 {"kv_indices", offset(v.csr_kv_indices)},
+                 {"csr_capacity", v.csr_capacity},
+                 {"csr_kv_indptr_stride", v.csr_kv_indptr_stride},
+                 {"csr_kv_indices_stride", v.csr_kv_indices_stride}};
 }
 
 }  // namespace

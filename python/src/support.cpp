@@ -172,9 +172,20 @@ struct nvtx_names {
   nvtxDomainHandle_t domain = nvtxDomainCreateA("specgraph");
   nvtxStringHandle_t names[static_cast<int>(op_id::count)] = {};
   nvtx_names() {
-    const char* text[] = {"stage_",        "round_setup_",          "step_metadata_",
-                          "sparse_stage_", "count_violations_",     "check_guards",
-                          "initialize_",   "step_metadata_device_", "advance_step_"};
+    const char* text[] = {"stage_",
+                          "round_setup_",
+                          "step_metadata_",
+                          "sparse_stage_",
+                          "count_violations_",
+                          "check_guards",
+                          "initialize_",
+                          "step_metadata_device_",
+                          "advance_step_",
+                          "csr_step_indices_",
+                          "csr_round_indices_",
+                          "csr_indices_device_"};
+    static_assert(sizeof(text) / sizeof(text[0]) == static_cast<std::size_t>(op_id::count),
+                  "one NVTX name per op_id");
     for (int i = 0; i < static_cast<int>(op_id::count); ++i) {
       names[i] = nvtxDomainRegisterStringA(domain, text[i]);
     }

@@ -24,7 +24,34 @@ CONFIGS = [
          kv_slots=1 << 16, device_steps=True),
     dict(max_batch=8, topk=3, num_steps=2, page_size=8, max_context_len=48, pool_rows=5,
          kv_slots=1 << 16, device_steps=True, device_depth=True),
+    dict(max_batch=5, topk=3, num_steps=3, page_size=4, max_context_len=24, pool_rows=6,
+         kv_slots=1 << 16, buckets=(2, 5), formats="both", csr_int64=True),
+    dict(max_batch=4, topk=2, num_steps=4, page_size=2, max_context_len=20, pool_rows=5,
+         kv_slots=1 << 16, buckets=(1, 4), formats="csr", device_steps=True),
 ]
+
+
+def csr_contract(plan, cv, bucket, step):
+    """kv_indptr / kv_indices: (dtype, shape, element strides, byte offset) from the C++ view
+    (offsets, strides) and the plan's buffer list (dtype), or None without CSR. Per step: the
+    step's rows cut to the bucket; device_steps: every step's rows from step 0's."""
+    if not plan.config.has_csr:
+        assert cv["kv_indptr"] == -1 and cv["kv_indices"] == -1
+        return {"kv_indptr": None, "kv_indices": None}
+    c, rows = plan.config, bucket * plan.config.topk
+    dtype = plan.find("csr.kv_indices", None if c.device_steps else step).dtype
+    assert cv["csr_capacity"] == plan.max_rows * (c.max_context_len + step + 1)
+    if c.device_steps:  # the C++ view(bucket, s) points at step s: step 0's is s rows back
+        ip, ix = cv["csr_kv_indptr_stride"], cv["csr_kv_indices_stride"]
+        item = 8 if dtype == "int64" else 4
+        return {"kv_indptr": ("int32", (c.num_steps, rows + 1), (ip, 1),
+                              cv["kv_indptr"] - 4 * step * ip),
+                "kv_indices": (dtype, (c.num_steps, rows * (c.max_context_len + c.num_steps)),
+                               (ix, 1), cv["kv_indices"] - item * step * ix)}
+    return {"kv_indptr": ("int32", (rows + 1,), (1,), cv["kv_indptr"]),
+            "kv_indices": (dtype, (rows * (c.max_context_len + step + 1),), (1,),
+                           cv["kv_indices"])}
+
 
 SCALARS = ("bucket", "step", "decode_length", "topk", "page_size", "rows")
 
@@ -34,7 +61,7 @@ def contract(cv, device_steps):
     (include/specgraph/buffers.hpp), from the C++ view's own scalars; None: no array."""
     b, rows, topk = cv["bucket"], cv["rows"], cv["topk"]
     table_width = cv["expand_stride"] if device_steps else cv["expand_capacity"]
-    return {
+    fields = {
         "req_pool_index": ("int32", (b,), (1,)),
         "seq_len": ("int32", (b,), (1,)),
         "out_cache_loc": ("int64", (b, topk, cv["cache_loc_stride"]),
@@ -49,6 +76,10 @@ def contract(cv, device_steps):
         "confidence": ("float32", (rows,), (1,)),
         "device_step": ("int32", (1,), (1,)) if device_steps else None,
     }
+    for name in ("prefix_page_table", "expand_page_table", "expand_cache_seqlen"):
+        if cv[name] == -1:  # a csr-only plan: no FA3 tables
+            fields[name] = None
+    return fields
 
 
 def arena_array(arena_np, offset, dtype, shape, strides):
@@ -107,6 +138,17 @@ def test_every_view_field_matches_the_cpp_step_view(fields, framework):
                 assert g_offset == cv[name], f"{where}: {name} offset"
                 cells = arena_array(arena_np, cv[name], dtype, shape, strides)
                 assert np.array_equal(g_values, cells, equal_nan=dtype == "float32"), \
+                    f"{where}: {name} values"
+                checked += 1
+            for name, want in csr_contract(plan, cv, bucket, step).items():
+                fields_seen.add(name)
+                got = getattr(view, name)
+                if want is None:
+                    assert got is None, f"{where}: {name}"
+                    continue
+                g_dtype, g_shape, g_strides, g_offset, g_values = described(got, framework, arena)
+                assert (g_dtype, g_shape, g_strides, g_offset) == want, f"{where}: {name}"
+                assert np.array_equal(g_values, arena_array(arena_np, want[3], *want[:3])), \
                     f"{where}: {name} values"
                 checked += 1
             assert fields_seen == set(StepView._fields), \

@@ -1,0 +1,114 @@
+"""What a DraftGraphs graph records, per capture mode, and the capture report (specgraph.torch).
+
+The body of graph(bucket, step):
+  per step (and each step of a round graph): [round_setup_ (step 0 only)] +
+    [step_metadata_(s) (plans with FA3 tables)] + [csr_step_indices_(s) (plans with CSR)] +
+    [forward(view(bucket, s))];
+  device step counter: [round_setup_ (its kernels run on the device at step 0 only)] +
+    [step_metadata_device_ (FA3)] + [csr_indices_device_ (CSR)] + [forward(view(bucket, 0))]
+    + [advance_step_].
+The forward's view carries this step's FA3 tables and CSR buffers: the plan's arena, or the
+engine's own kv_indptr / kv_indices when DraftGraphs was given bound CSR outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, NamedTuple, Optional
+
+import torch
+
+from . import _check
+from . import csr as _csr
+from .buffers import Buffers, StepView
+from .errors import InvalidArgument
+from .ops import advance_step_, round_setup_, step_metadata_, step_metadata_device_
+
+ROUND = -1  # the step of a whole-round graph in reports
+
+Forward = Callable[[StepView], None]
+
+
+class GraphTiming(NamedTuple):
+    bucket: int
+    step: int  # ROUND (-1) for a whole-round graph
+    seconds: float  # warmups excluded: the capture itself
+
+
+class CaptureReport(NamedTuple):
+    graphs: int
+    seconds: float  # the whole capture(), warmups and barriers included
+    per_graph: List[GraphTiming]  # in capture order (largest bucket first)
+    pool_bytes: int  # the graph pool's segments in torch's allocator after capture
+    arena_bytes: int
+    mode: str  # "cuda_graph", or "eager" on a CPU arena
+
+    def line(self) -> str:
+        """The one log line per capture: parseable, fixed format. On a CPU arena nothing is
+        captured (CUDA graphs need a CUDA arena) and the line says so instead of "0 graphs"."""
+        if self.mode == "eager":
+            return (f"specgraph capture: none, eager mode on a CPU arena (run_round runs the ops "
+                    f"and the forward directly; CUDA graphs need a CUDA arena), arena "
+                    f"{self.arena_bytes} bytes")
+        return (f"specgraph capture: {self.graphs} graphs in {self.seconds:.3f} s, "
+                f"pool {self.pool_bytes / (1 << 20):.1f} MiB, arena {self.arena_bytes} bytes")
+
+
+def pool_bytes(pool: Any, device: torch.device) -> Optional[int]:
+    """Bytes of the segments torch's allocator holds for graph pool `pool` on `device`."""
+    try:
+        segments = torch.cuda.memory_snapshot(mempool_id=pool, include_traces=False)
+    except Exception:  # older torch: no per-pool snapshot
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return sum(int(s.get("total_size", 0)) for s in segments if s.get("device", index) == index)
+
+
+class StepBody:
+    """Records the work of one graph: the ops of the plan's formats, then the forward."""
+
+    def __init__(self, bufs: Buffers, forward: Forward, req_to_token: torch.Tensor,
+                 csr_outputs: Optional[_csr.CsrOutputs]) -> None:
+        cfg = bufs.plan.config
+        self.bufs = bufs
+        self.forward = forward
+        self.req_to_token = req_to_token
+        self.fa3 = bool(bufs.plan.layout["has_fa3"])
+        self.csr = cfg.has_csr
+        if csr_outputs is not None and not isinstance(csr_outputs, _csr.CsrOutputs):
+            raise TypeError("csr_outputs: expected specgraph.CsrOutputs (from "
+                            "specgraph.bind_csr_outputs) or None, got "
+                            f"{_check.type_name(csr_outputs)}")
+        if csr_outputs is not None and not self.csr:
+            raise InvalidArgument(f"csr_outputs: given, but the plan's formats is "
+                                  f"{cfg.formats!r} (no CSR indices to write; use \"csr\" or "
+                                  "\"both\")", field="csr_outputs")
+        self.csr_outputs = csr_outputs
+
+    def view(self, bucket: int, step: int) -> StepView:
+        """What the forward of graph(bucket, step) receives."""
+        v = self.bufs.view(bucket, step)
+        if self.csr_outputs is not None:
+            kv_indptr, kv_indices = _csr.step_csr_views(self.bufs, bucket, step, self.csr_outputs)
+            v = v._replace(kv_indptr=kv_indptr, kv_indices=kv_indices)
+        return v
+
+    def record(self, bucket: int, step: int, device_steps: bool) -> None:
+        bufs, r2t = self.bufs, self.req_to_token
+        if device_steps:  # one body for every step: the step is the device counter's
+            round_setup_(bufs, bucket, r2t)
+            if self.fa3:
+                step_metadata_device_(bufs, bucket)
+            if self.csr:
+                _csr.csr_indices_device_(bufs, bucket, r2t, out=self.csr_outputs)
+            self.forward(self.view(bucket, 0))
+            advance_step_(bufs)
+            return
+        steps = range(bufs.plan.config.num_steps) if step == ROUND else (step,)
+        for s in steps:
+            if s == 0:
+                round_setup_(bufs, bucket, r2t)
+            if self.fa3:
+                step_metadata_(bufs, bucket, s)
+            if self.csr:
+                _csr.csr_step_indices_(bufs, bucket, s, r2t, out=self.csr_outputs)
+            self.forward(self.view(bucket, s))
