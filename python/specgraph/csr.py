@@ -84,10 +84,10 @@ def _csr_plan(bufs: Buffers) -> None:
 def csr_step_indices_(bufs: Buffers, bucket: int, step: int, req_to_token: Any,
                       out: Optional[CsrOutputs] = None) -> None:
     """Step `step`'s kv_indptr (bucket * topk + 1 entries) and kv_indices for `bucket`, from the
-    staged round (stage_) and req_to_token (int32 [>= pool_rows, max_context_len]); into the
-    plan's buffers (bufs.csr_kv_indptr(step), bufs.csr_kv_indices(step)) or row `step` of the
-    bound outputs. round_setup_ resets the step's guard word: run it first in the round.
-    Current stream; no sync; capture-safe."""
+    staged round (stage_) and req_to_token (int32 [>= pool_rows, >= max_context_len], read at
+    its own width); into the plan's buffers (bufs.csr_kv_indptr(step),
+    bufs.csr_kv_indices(step)) or row `step` of the bound outputs. round_setup_ resets the step's
+    guard word: run it first in the round. Current stream; no sync; capture-safe."""
     bucket, step = _ops._ready(bufs)._bucket(bucket), bufs._step(step)
     _csr_plan(bufs)
     req_to_token = _ops._tensor(bufs, "req_to_token", req_to_token)
