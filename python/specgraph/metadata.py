@@ -14,11 +14,10 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from . import _check, _ffi
 from ._deps import require
+from ._guard_names import KERNELS, KINDS
 from .errors import InvalidArgument
 
-_KINDS = ("none", "capacity", "layout", "bad input")
-_KERNELS = ("none", "expand_page_table", "prefix_metadata", "sparse_fallback", "sparse_stage",
-            "stage_inputs", "draft_kv_indices")
+_KINDS, _KERNELS = KINDS, KERNELS
 
 
 class Violation(NamedTuple):

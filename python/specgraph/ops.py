@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any, List, NamedTuple, Optional, Union
 
 from . import _check, _ffi
+from ._guard_names import KERNELS, KINDS
 from .buffers import Buffers
 from .errors import InvalidArgument
 
@@ -63,12 +64,9 @@ class GuardWord(NamedTuple):
     value: int
 
     def describe(self) -> str:
-        kinds = {"none": 0, "capacity": 1, "layout": 2, "bad input": 3}
-        kernels = {"none": 0, "expand_page_table": 1, "prefix_metadata": 2, "sparse_fallback": 3,
-                   "sparse_stage": 4, "stage_inputs": 5,
-                   "draft_kv_indices": 6}
-        return str(_ffi.describe_guard(self.violations, kinds.get(self.kind, 0),
-                                       kernels.get(self.kernel, 0), self.row, self.column,
+        kind = KINDS.index(self.kind) if self.kind in KINDS else 0
+        kernel = KERNELS.index(self.kernel) if self.kernel in KERNELS else 0
+        return str(_ffi.describe_guard(self.violations, kind, kernel, self.row, self.column,
                                        self.capacity, self.value))
 
 
@@ -292,9 +290,7 @@ def check_guards(bufs: Buffers, bucket: Optional[int] = None) -> None:
         _ffi.check_guards(bufs._obj, bufs.arena, bucket)
 
 
-_KINDS = ("none", "capacity", "layout", "bad input")
-_KERNELS = ("none", "expand_page_table", "prefix_metadata", "sparse_fallback", "sparse_stage",
-            "stage_inputs", "draft_kv_indices")
+_KINDS, _KERNELS = KINDS, KERNELS
 
 
 def _guard_word(bufs: Buffers, index: int, w: Any) -> GuardWord:

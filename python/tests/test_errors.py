@@ -53,3 +53,18 @@ def test_errors_keep_their_message_through_a_real_call():
     assert str(e.value) == "max_batch: 0 is outside [1, limits::max_batch 1048576]" or \
         str(e.value).startswith("max_batch: 0 ")
     assert e.value.field == "max_batch"
+
+
+def test_guard_names_mirror_the_cpp_ids():
+    """specgraph._guard_names is the one Python list of guard kind and kernel names: each id
+    must describe to the same name in C++ (guard.hpp's to_string), and one id past the list must
+    not (a kernel added in C++ without its Python name goes red here)."""
+    from specgraph._guard_names import KERNELS, KINDS
+
+    for i, name in enumerate(KERNELS[1:], start=1):
+        text = str(_ffi.describe_guard(1, 1, i, 0, 0, 4, 9))
+        assert name in text, (i, name, text)
+    past = str(_ffi.describe_guard(1, 1, len(KERNELS), 0, 0, 4, 9))
+    assert not any(n in past for n in KERNELS[1:]), past
+    for i, name in enumerate(KINDS[1:], start=1):
+        assert name in str(_ffi.describe_guard(1, i, 1, 0, 0, 4, 9)), (i, name)
