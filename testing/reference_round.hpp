@@ -14,13 +14,15 @@ namespace specgraph::testing {
 struct model_config {
   std::int32_t topk = 0, num_steps = 0, page_size = 0, max_context_len = 0;
   std::vector<std::int32_t> buckets;  // strictly increasing
+  std::int32_t slot_stride = 0;       // slots per out_cache_loc row; 0: num_steps
+  std::int32_t stride() const { return slot_stride == 0 ? num_steps : slot_stride; }
 };
 
 struct model_round {
   std::int32_t bucket = 0, real_batch = 0, prefix_columns = 0;
   // The padded static inputs (section 4).
   std::vector<std::int32_t> req_pool_index, seq_len;  // [bucket]
-  std::vector<std::int64_t> out_cache_loc;            // [bucket][topk][num_steps]
+  std::vector<std::int64_t> out_cache_loc;            // [bucket][topk][slot_stride]
   // Prefix metadata (section 2).
   std::vector<std::int32_t> last_page_len, prefix_seqlen;  // [bucket]
   std::vector<std::int32_t> prefix_table;                  // [bucket][prefix_columns]
@@ -52,14 +54,16 @@ inline std::int64_t model_probe(const std::vector<std::int32_t>& expand_row,
   return static_cast<std::int64_t>(h);
 }
 
-// req_to_token: [pool_rows][max_context_len]; the round's real inputs: `batch` requests.
+// req_to_token: [pool_rows][max_context_len]; the round's real inputs: `batch` requests (0: an
+// idle rank, every row padding), their slot rows c.stride() wide. `bucket`: the caller's
+// bucket (0: the smallest holding the batch).
 inline model_round model_draft_round(
     const model_config& c, const std::vector<std::int32_t>& req_to_token, std::int32_t batch,
     const std::vector<std::int32_t>& req_pool_index, const std::vector<std::int32_t>& seq_len,
-    const std::vector<std::int64_t>& out_cache_loc, std::int32_t depth) {
+    const std::vector<std::int64_t>& out_cache_loc, std::int32_t depth, std::int32_t bucket = 0) {
   model_round m;
-  const std::int32_t ps = c.page_size, topk = c.topk, steps = c.num_steps;
-  m.bucket = model_bucket(c, batch);
+  const std::int32_t ps = c.page_size, topk = c.topk, stride = c.stride();
+  m.bucket = bucket != 0 ? bucket : model_bucket(c, batch);
   m.real_batch = batch;
   m.prefix_columns = (c.max_context_len + ps - 1) / ps;
   const std::int32_t B = m.bucket, rows = B * topk;
@@ -69,9 +73,9 @@ inline model_round model_draft_round(
     const bool real = r < batch;
     m.req_pool_index.push_back(real ? req_pool_index[static_cast<std::size_t>(r)] : 0);
     m.seq_len.push_back(real ? seq_len[static_cast<std::size_t>(r)] : 1);
-    for (std::int32_t i = 0; i < topk * steps; ++i) {
-      m.out_cache_loc.push_back(real ? out_cache_loc[static_cast<std::size_t>(r * topk * steps + i)]
-                                     : 0);
+    for (std::int32_t i = 0; i < topk * stride; ++i) {
+      m.out_cache_loc.push_back(
+          real ? out_cache_loc[static_cast<std::size_t>(r * topk * stride + i)] : 0);
     }
   }
 
@@ -102,7 +106,7 @@ inline model_round model_draft_round(
       std::int32_t runs = 0;
       std::int64_t last = -1;
       for (std::int32_t j = 0; j < d; ++j) {
-        const std::int64_t page = m.out_cache_loc[static_cast<std::size_t>(row * steps + j)] / ps;
+        const std::int64_t page = m.out_cache_loc[static_cast<std::size_t>(row * stride + j)] / ps;
         if (runs == 0 || page != last) {
           table[static_cast<std::size_t>(row * width + runs)] = static_cast<std::int32_t>(page);
           ++runs;

@@ -208,7 +208,7 @@ def test_draft_graphs_eager_mode_on_cpu(caplog):
     assert line == ("specgraph capture: none, eager mode on a CPU arena (run_round runs the ops "
                     "and the forward directly; CUDA graphs need a CUDA arena), arena "
                     f"{plan.total_bytes} bytes"), line
-    assert g.can_run(1) and g.can_run(5) and not g.can_run(6) and not g.can_run(0)
+    assert g.can_run(1) and g.can_run(5) and not g.can_run(6) and g.can_run(0)  # 0: idle rank
     r = ref.random_round(cfg, rng, bs=3)
     assert g.stage_(3, *tensors(r)) == 5
     g.run_round(3)
@@ -315,7 +315,7 @@ def test_per_call_host_overhead_is_low():
 
     step_ffi = per_call(lambda: _ffi.step_metadata(bufs._obj, arena, 2, 0))
     step_op = per_call(lambda: specgraph.step_metadata_(bufs, 2, 0))
-    stage_ffi = per_call(lambda: _ffi.stage(bufs._obj, arena, 2, pool, seq, slots, 0, 0.0))
+    stage_ffi = per_call(lambda: _ffi.stage(bufs._obj, arena, 2, pool, seq, slots, 0, 0.0, 0))
     stage_op = per_call(lambda: specgraph.stage_(bufs, 2, pool, seq, slots))
     print(f"\nper call (us): step_metadata_ ffi {step_ffi:.2f} torch.ops {step_op:.2f}; "
           f"stage_ ffi {stage_ffi:.2f} torch.ops {stage_op:.2f}")
