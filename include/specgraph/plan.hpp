@@ -57,8 +57,10 @@ struct draft_config {
   // violation raises guard_violation; kernels also check the branch layout of real rows.
   bool checked = false;
   // Also capture one whole-round graph per bucket (all num_steps steps in one graph), so a full
-  // round is a single graph launch instead of num_steps; run_round(num_steps) then uses it.
-  // Doubles the graphs captured; the per-step graphs stay (adaptive depth, replay(s)).
+  // round is a single graph launch instead of num_steps; run_round(num_steps) then uses it. The
+  // step graphs stay for the steps shorter (adaptive) rounds replay, 0 .. num_steps - 2: the
+  // last step runs only inside the round graph (replay(num_steps - 1) is refused), so the
+  // graphs per bucket stay num_steps, each of them replayed.
   bool round_graphs = false;
   // Device step counter (docs/device-rounds.md): one graph per bucket holds one step; the
   // kernels read the step from a device word the graph advances, so the same graph is replayed
