@@ -139,8 +139,9 @@ void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, st
   detail::in_range("step", step, 0, c.num_steps, "num_steps");
   expand_params e;
   e.cache_loc = b.out_cache_loc();
-  e.cache_loc_stride = c.slot_stride;  // rows slot_stride wide; step s reads its first s + 1
-  e.slots_read = step + 1;             // slice-before-scatter: only the first d slots of each row
+  // Rows slot_stride apart; step s reads only the first s + 1 slots of each.
+  e.cache_loc_stride = c.slot_stride;
+  e.slots_read = step + 1;  // slice-before-scatter: only the first d slots of each row
   e.decode_length = step + 1;
   e.last_page_len = b.last_page_len();
   e.batch = bucket;
@@ -163,7 +164,7 @@ void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int
   check_bucket(pl, bucket);
   expand_params e;
   e.cache_loc = b.out_cache_loc();
-  e.cache_loc_stride = c.slot_stride;  // rows slot_stride wide; step s reads its first s + 1
+  e.cache_loc_stride = c.slot_stride;  // rows slot_stride apart
   e.slots_read = 0;  // slice-before-scatter: d = step + 1 slots, decided on the device
   e.last_page_len = b.last_page_len();
   e.batch = bucket;
