@@ -105,7 +105,7 @@ step_view draft_buffers::view(std::int32_t bucket, std::int32_t step) const {
   v.req_pool_index = req_pool_index();
   v.seq_len = seq_len();
   v.out_cache_loc = out_cache_loc();
-  v.cache_loc_stride = c.num_steps;
+  v.cache_loc_stride = c.slot_stride;
   v.real_batch = real_batch();
   v.last_page_len = last_page_len();
   v.prefix_seqlen = prefix_seqlen();

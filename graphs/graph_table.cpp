@@ -104,7 +104,9 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
   const auto start = clock_type::now();
   // Largest bucket first: the order engines use, so a memory pool shared across graphs is sized
   // by the first (largest) capture.
-  const std::int32_t step_graphs = c.device_steps ? 1 : c.num_steps;
+  // Exactly the graphs the mode replays: with whole-round graphs a full round is one launch and
+  // the last step never runs on its own, so only the steps shorter rounds replay get a graph.
+  const std::int32_t step_graphs = c.device_steps ? 1 : c.num_steps - (c.round_graphs ? 1 : 0);
   const std::int32_t per_bucket = step_graphs + (c.round_graphs || c.device_depth ? 1 : 0);
   const int total = static_cast<int>(c.buckets.size()) * per_bucket;
   for (std::size_t bi = c.buckets.size(); bi-- > 0;) {
@@ -167,6 +169,10 @@ void draft_runtime::replay(std::int32_t step) {
   ensure_usable();
   if (!captured_) throw error("replay before capture(): no graphs exist yet");
   check_replay_step(step);
+  SPECGRAPH_EXPECTS(!plan_->config.round_graphs || step < plan_->config.num_steps - 1, "step",
+                    std::to_string(step) +
+                        ": with round_graphs the last step runs only inside the whole-round "
+                        "graph (run_round(num_steps)); it has no graph of its own");
   detail::nvtx_range r(nvtx_replay_[static_cast<std::size_t>(step)], bucket_,
                        static_cast<std::uint32_t>(step + 1));
   // With a device step counter every step replays the same graph.

@@ -61,12 +61,14 @@ void initialize_buffers(executor& ex, const draft_buffers& b) {
 std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_round_inputs& in) {
   const plan& p = b.plan();
   const draft_config& c = p.config;
-  detail::between("batch", in.batch, 1, c.max_batch, "max_batch");
-  check_index_type("req_pool_index", in.req_pool_index);
-  check_index_type("seq_len", in.seq_len);
-  detail::not_null("out_cache_loc", in.out_cache_loc);
+  detail::between("batch", in.batch, 0, c.max_batch, "max_batch");
+  if (in.batch > 0) {  // an idle rank (batch 0) reads no input
+    check_index_type("req_pool_index", in.req_pool_index);
+    check_index_type("seq_len", in.seq_len);
+    detail::not_null("out_cache_loc", in.out_cache_loc);
+  }
   check_round_control(c, in.max_depth, in.min_confidence);
-  const std::int32_t bucket = p.bucket_for(in.batch);
+  const std::int32_t bucket = p.round_bucket(in.batch, in.bucket);
 
   kernels::stage_inputs_kernel::params k{};
   k.req_pool_index_src = in.req_pool_index.data;
@@ -84,7 +86,7 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   k.req_pool_index = b.req_pool_index();
   k.seq_len = b.seq_len();
   k.out_cache_loc = b.out_cache_loc();
-  k.slots_per_request = static_cast<std::int64_t>(c.topk) * c.num_steps;  // <= 2^20
+  k.slots_per_request = static_cast<std::int64_t>(c.topk) * c.slot_stride;  // <= 2^26
   k.batch = in.batch;
   k.bucket = bucket;
   k.guard = b.guards() + plan_layout::guard_stage;
@@ -148,7 +150,8 @@ void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, st
   detail::in_range("step", step, 0, c.num_steps, "num_steps");
   expand_params e;
   e.cache_loc = b.out_cache_loc();
-  e.cache_loc_stride = c.num_steps;
+  // Rows slot_stride apart; step s reads only the first s + 1 slots of each.
+  e.cache_loc_stride = c.slot_stride;
   e.slots_read = step + 1;  // slice-before-scatter: only the first d slots of each row
   e.decode_length = step + 1;
   e.last_page_len = b.last_page_len();
@@ -172,7 +175,7 @@ void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int
   check_bucket(pl, bucket);
   expand_params e;
   e.cache_loc = b.out_cache_loc();
-  e.cache_loc_stride = c.num_steps;
+  e.cache_loc_stride = c.slot_stride;  // rows slot_stride apart
   e.slots_read = 0;  // slice-before-scatter: d = step + 1 slots, decided on the device
   e.last_page_len = b.last_page_len();
   e.batch = bucket;

@@ -54,7 +54,7 @@ class arena_builder {
 const char* sizing_field(const std::string& buffer) {
   if (buffer == "prefix.page_table" || buffer == "csr.kv_indices") return "max_context_len";
   if (buffer.rfind("sparse.", 0) == 0) return "sparse";
-  if (buffer == "input.out_cache_loc") return "num_steps";
+  if (buffer == "input.out_cache_loc") return "slot_stride";
   return "max_batch";
 }
 
@@ -116,6 +116,13 @@ void validate(const draft_config& c) {
                         std::to_string(rows) + " rows exceeds the limit " +
                         std::to_string(limits::max_rows));
   between("num_steps", c.num_steps, 1, limits::max_num_steps, "the limit");
+  if (c.slot_stride != 0) {
+    SPECGRAPH_EXPECTS(
+        c.slot_stride >= c.num_steps && c.slot_stride <= limits::max_slot_stride, "slot_stride",
+        std::to_string(c.slot_stride) + " is outside [num_steps " + std::to_string(c.num_steps) +
+            ", " + std::to_string(limits::max_slot_stride) +
+            "] (0 = num_steps; a row must hold a slot for every draft forward)");
+  }
   between("page_size", c.page_size, 1, limits::max_page_size, "the limit");
   between("max_context_len", c.max_context_len, 1, limits::max_context_len, "the limit");
   between("pool_rows", c.pool_rows, 1, limits::max_pool_rows, "the limit");
@@ -180,6 +187,7 @@ plan make_plan(const draft_config& config) {
   plan p;
   p.config = config;
   if (p.config.buckets.empty()) p.config.buckets = default_buckets(config.max_batch);
+  if (p.config.slot_stride == 0) p.config.slot_stride = config.num_steps;
   const draft_config& c = p.config;
   const std::int64_t max_bucket = p.max_bucket();
   const std::int64_t rows = max_bucket * c.topk;  // <= limits::max_rows
@@ -200,7 +208,7 @@ plan make_plan(const draft_config& config) {
   l.seq_len = a.add("input.seq_len", all_steps, {max_bucket}, dtype::int32, 4);
   l.small_inputs_bytes = a.end() - l.real_batch;
   l.out_cache_loc =
-      a.add("input.out_cache_loc", all_steps, {max_bucket, c.topk, c.num_steps}, dtype::int64);
+      a.add("input.out_cache_loc", all_steps, {max_bucket, c.topk, c.slot_stride}, dtype::int64);
   // Step-invariant prefix metadata: once, not once per step; ceil(max_context_len / ps) wide.
   l.last_page_len = a.add("prefix.last_page_len", all_steps, {max_bucket}, dtype::int32);
   l.prefix_seqlen = a.add("prefix.seqlen", all_steps, {max_bucket}, dtype::int32);
@@ -362,6 +370,31 @@ std::int32_t plan::bucket_for(std::int32_t batch) const {
       batch <= max_bucket(), "batch",
       std::to_string(batch) + " exceeds the largest bucket " + std::to_string(max_bucket()));
   return *std::lower_bound(config.buckets.begin(), config.buckets.end(), batch);
+}
+
+std::int32_t plan::round_bucket(std::int32_t batch, std::int32_t bucket) const {
+  between("batch", batch, 0, config.max_batch, "max_batch");
+  if (bucket == 0) return batch == 0 ? config.buckets.front() : bucket_for(batch);
+  // The table as the error shows it: whole up to 24 buckets, else its ends.
+  const std::vector<std::int32_t>& all = config.buckets;
+  std::string table;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all.size() > 24 && i == 8) {
+      table += ", ...";
+      i = all.size() - 9;
+      continue;
+    }
+    table += (i == 0 ? "" : ", ") + std::to_string(all[i]);
+  }
+  SPECGRAPH_EXPECTS(has_bucket(bucket), "bucket",
+                    std::to_string(bucket) + " is not a planned bucket (planned: " + table +
+                        "); pass one of them, or 0 for the smallest bucket >= the batch");
+  SPECGRAPH_EXPECTS(
+      bucket >= batch, "bucket",
+      std::to_string(bucket) + " is below the batch " + std::to_string(batch) +
+          " (its rows cannot hold the round); pass a planned bucket >= " + std::to_string(batch) +
+          " (planned: " + table + "), e.g. the bucket of the largest batch across ranks, or 0");
+  return bucket;
 }
 
 bool plan::has_bucket(std::int32_t bucket) const {

@@ -44,6 +44,10 @@ std::string plan::report_text() const {
   const double ratio = static_cast<double>(today.total_bytes) / static_cast<double>(total_bytes);
   s << "arena: " << total_bytes << " bytes in one allocation (" << buffers.size() << " buffers, "
     << config.buckets.size() << " buckets up to " << max_bucket() << ")\n"
+    << "draft forwards: num_steps " << config.num_steps
+    << " (steps, each with its expand table); out_cache_loc rows: slot_stride "
+    << config.slot_stride << " slots (" << config.slot_stride - config.num_steps
+    << " per row never read)\n"
     << "prefix page table: " << our_prefix_table_bytes
     << " bytes once; today's engine sizing: " << today.prefix_table_bytes
     << " bytes (max_context_len wide, one per step)\n"
@@ -79,7 +83,8 @@ std::string plan::report_json() const {
   s << "],\"buckets\":[";
   for (std::size_t i = 0; i < config.buckets.size(); ++i) s << (i ? "," : "") << config.buckets[i];
   const double ratio = static_cast<double>(today.total_bytes) / static_cast<double>(total_bytes);
-  s << "],\"total_bytes\":" << total_bytes << ",\"prefix_table_bytes\":" << our_prefix_table_bytes
+  s << "],\"num_steps\":" << config.num_steps << ",\"slot_stride\":" << config.slot_stride
+    << ",\"total_bytes\":" << total_bytes << ",\"prefix_table_bytes\":" << our_prefix_table_bytes
     << ",\"expand_table_bytes\":" << our_expand_table_bytes
     << ",\"today\":{\"prefix_table_bytes\":" << today.prefix_table_bytes
     << ",\"expand_table_bytes\":" << today.expand_table_bytes

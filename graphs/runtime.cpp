@@ -50,7 +50,7 @@ void draft_runtime::init(void* caller_arena) {
     initialize_buffers(*ex_, buffers_);
     const std::size_t small = (plan_->layout.small_inputs_bytes + 7) / 8 * 8;
     const std::size_t cache_loc_bytes = static_cast<std::size_t>(plan_->max_rows()) *
-                                        static_cast<std::size_t>(c.num_steps) *
+                                        static_cast<std::size_t>(c.slot_stride) *
                                         sizeof(std::int64_t);
     for (std::int32_t i = 0; i < staging_slots; ++i) {
       auto s = std::make_unique<staging_slot>();
@@ -142,12 +142,14 @@ void draft_runtime::stage(const round_inputs& in) {
   ensure_usable();
   const draft_config& c = plan_->config;
   detail::nvtx_range r(nvtx_stage_, in.batch);
-  detail::between("batch", in.batch, 1, c.max_batch, "max_batch");
-  detail::not_null("req_pool_index", in.req_pool_index.data);
-  detail::not_null("seq_len", in.seq_len.data);
-  detail::not_null("out_cache_loc", in.out_cache_loc);
+  detail::between("batch", in.batch, 0, c.max_batch, "max_batch");
+  if (in.batch > 0) {  // an idle rank (batch 0) reads no input
+    detail::not_null("req_pool_index", in.req_pool_index.data);
+    detail::not_null("seq_len", in.seq_len.data);
+    detail::not_null("out_cache_loc", in.out_cache_loc);
+  }
   check_round_control(c, in.max_depth, in.min_confidence);
-  const std::int32_t bucket = plan_->bucket_for(in.batch);
+  const std::int32_t bucket = plan_->round_bucket(in.batch, in.bucket);
 
   // Validate everything before anything is written (not even the staging slot): a rejected
   // round leaves the static inputs untouched. Checks in int64, so no value is narrowed first.
@@ -162,28 +164,36 @@ void draft_runtime::stage(const round_inputs& in) {
                       std::to_string(len) + " is outside [1, max_context_len " +
                           std::to_string(c.max_context_len) + "]");
   }
-  const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.num_steps;
-  const std::size_t real_slots = static_cast<std::size_t>(in.batch) * per_request;
+  const auto stride = static_cast<std::size_t>(c.slot_stride);  // >= num_steps
+  const auto read = static_cast<std::size_t>(c.num_steps);      // slots the forwards read
+  const std::size_t per_request = static_cast<std::size_t>(c.topk) * stride;
+  const std::size_t real_rows =
+      static_cast<std::size_t>(in.batch) * static_cast<std::size_t>(c.topk);
   // The slots' range first, branch-free and vectorisable (this runs over bucket * topk *
   // num_steps values every round): with last = kv_slots - 1 < 2^62, bit 63 of
   // slot | (last - slot), in unsigned arithmetic, is set exactly when slot < 0 (its own sign
-  // bit) or slot > last (the difference wraps). The element is named only on failure.
+  // bit) or slot > last (the difference wraps). The element is named only on failure. Only the
+  // first num_steps slots of each row are checked: the slot_stride - num_steps after them are
+  // never read, so whatever the engine keeps there is not an error.
   const auto last = static_cast<std::uint64_t>(c.kv_slots - 1);
   std::uint64_t bits = 0;
-  for (std::size_t i = 0; i < real_slots; ++i) {
-    const auto slot = static_cast<std::uint64_t>(in.out_cache_loc[i]);
-    bits |= slot | (last - slot);
+  for (std::size_t row = 0; row < real_rows; ++row) {
+    const std::int64_t* slots = in.out_cache_loc + row * stride;
+    for (std::size_t j = 0; j < read; ++j) {
+      const auto slot = static_cast<std::uint64_t>(slots[j]);
+      bits |= slot | (last - slot);
+    }
   }
   const bool any_bad = (bits >> 63) != 0;
-  for (std::size_t i = 0; any_bad && i < real_slots; ++i) {
-    const std::int64_t slot = in.out_cache_loc[i];
-    if (slot < 0 || slot >= c.kv_slots) {
-      const std::size_t row = i / static_cast<std::size_t>(c.num_steps);
+  for (std::size_t row = 0; any_bad && row < real_rows; ++row) {
+    for (std::size_t j = 0; j < read; ++j) {
+      const std::int64_t slot = in.out_cache_loc[row * stride + j];
+      if (slot >= 0 && slot < c.kv_slots) continue;
       SPECGRAPH_EXPECTS(
           false,
           "out_cache_loc[" + std::to_string(row / static_cast<std::size_t>(c.topk)) + "][" +
-              std::to_string(row % static_cast<std::size_t>(c.topk)) + "][" +
-              std::to_string(i % static_cast<std::size_t>(c.num_steps)) + "]",
+              std::to_string(row % static_cast<std::size_t>(c.topk)) + "][" + std::to_string(j) +
+              "]",
           std::to_string(slot) + " is outside [0, kv_slots " + std::to_string(c.kv_slots) + ")");
     }
   }
@@ -236,9 +246,10 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
     pool[i] = 0;
     seq[i] = 1;
   }
-  const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.num_steps;
+  const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.slot_stride;
   const std::size_t real_slots = static_cast<std::size_t>(in.batch) * per_request;
-  std::memcpy(slots, in.out_cache_loc, real_slots * sizeof(std::int64_t));
+  // Whole rows, the unread slots past num_steps included (never null when batch > 0).
+  if (real_slots > 0) std::memcpy(slots, in.out_cache_loc, real_slots * sizeof(std::int64_t));
   std::fill(slots + real_slots, slots + static_cast<std::size_t>(bucket) * per_request, 0);
 }
 

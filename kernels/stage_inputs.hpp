@@ -5,7 +5,7 @@
 // index that does not fit int32) is staged the same way. Request 0 also writes the real batch.
 // Host+device.
 //
-// Preconditions (checked on the host by stage_round): 1 <= batch <= bucket, slots_per_request
+// Preconditions (checked on the host by stage_round): 0 <= batch <= bucket, slots_per_request
 // >= 1, all pointers non-null. One call per request in [0, bucket).
 #pragma once
 
@@ -33,7 +33,7 @@ struct stage_inputs_kernel {
     std::int32_t* req_pool_index;    // [bucket]
     std::int32_t* seq_len;           // [bucket]
     std::int64_t* out_cache_loc;     // [bucket][slots_per_request]
-    std::int64_t slots_per_request;  // topk * num_steps
+    std::int64_t slots_per_request;  // topk * slot_stride
     std::int32_t batch;
     std::int32_t bucket;
     guard_word* guard;

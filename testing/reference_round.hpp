@@ -20,13 +20,15 @@ struct model_config {
   std::int64_t kv_slots = 0;
   // Columns per row of req_to_token (an engine's table may be wider); 0: max_context_len.
   std::int64_t req_to_token_stride = 0;
+  std::int32_t slot_stride = 0;       // slots per out_cache_loc row; 0: num_steps
+  std::int32_t stride() const { return slot_stride == 0 ? num_steps : slot_stride; }
 };
 
 struct model_round {
   std::int32_t bucket = 0, real_batch = 0, prefix_columns = 0;
   // The padded static inputs (section 4).
   std::vector<std::int32_t> req_pool_index, seq_len;  // [bucket]
-  std::vector<std::int64_t> out_cache_loc;            // [bucket][topk][num_steps]
+  std::vector<std::int64_t> out_cache_loc;            // [bucket][topk][slot_stride]
   // Prefix metadata (section 2).
   std::vector<std::int32_t> last_page_len, prefix_seqlen;  // [bucket]
   std::vector<std::int32_t> prefix_table;                  // [bucket][prefix_columns]
@@ -62,14 +64,16 @@ inline std::int64_t model_probe(const std::vector<std::int32_t>& expand_row,
   return static_cast<std::int64_t>(h);
 }
 
-// req_to_token: [pool_rows][req_to_token_stride]; the round's real inputs: `batch` requests.
+// req_to_token: [pool_rows][req_to_token_stride]; the round's real inputs: `batch` requests (0:
+// an idle rank, every row padding), their slot rows c.stride() wide. `bucket`: the caller's
+// bucket (0: the smallest holding the batch).
 inline model_round model_draft_round(
     const model_config& c, const std::vector<std::int32_t>& req_to_token, std::int32_t batch,
     const std::vector<std::int32_t>& req_pool_index, const std::vector<std::int32_t>& seq_len,
-    const std::vector<std::int64_t>& out_cache_loc, std::int32_t depth) {
+    const std::vector<std::int64_t>& out_cache_loc, std::int32_t depth, std::int32_t bucket = 0) {
   model_round m;
-  const std::int32_t ps = c.page_size, topk = c.topk, steps = c.num_steps;
-  m.bucket = model_bucket(c, batch);
+  const std::int32_t ps = c.page_size, topk = c.topk, stride = c.stride();
+  m.bucket = bucket != 0 ? bucket : model_bucket(c, batch);
   m.real_batch = batch;
   m.prefix_columns = (c.max_context_len + ps - 1) / ps;
   const std::int32_t B = m.bucket, rows = B * topk;
@@ -79,16 +83,17 @@ inline model_round model_draft_round(
     const bool real = r < batch;
     m.req_pool_index.push_back(real ? req_pool_index[static_cast<std::size_t>(r)] : 0);
     m.seq_len.push_back(real ? seq_len[static_cast<std::size_t>(r)] : 1);
-    for (std::int32_t i = 0; i < topk * steps; ++i) {
-      m.out_cache_loc.push_back(real ? out_cache_loc[static_cast<std::size_t>(r * topk * steps + i)]
-                                     : 0);
+    for (std::int32_t i = 0; i < topk * stride; ++i) {
+      m.out_cache_loc.push_back(
+          real ? out_cache_loc[static_cast<std::size_t>(r * topk * stride + i)] : 0);
     }
   }
 
   // Prefix: whole pages only; every cell past the prefix holds the dummy page 0. A request with
   // an input out of range is written as a padded request (pool row 0, one token), whose page
   // is the dummy page should its own slot be out of range.
-  const std::int64_t stride = c.req_to_token_stride > 0 ? c.req_to_token_stride : c.max_context_len;
+  const std::int64_t table_stride =
+      c.req_to_token_stride > 0 ? c.req_to_token_stride : c.max_context_len;
   const bool checks = c.kv_slots > 0;
   auto bad_slot = [&](std::int64_t slot) { return checks && (slot < 0 || slot >= c.kv_slots); };
   m.prefix_table.assign(static_cast<std::size_t>(B) * m.prefix_columns, 0);
@@ -100,7 +105,7 @@ inline model_round model_draft_round(
       ++m.prefix_violations;
       padded = true;
     } else {
-      const std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(pool) * stride;
+      const std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(pool) * table_stride;
       for (std::int32_t j = 0; j * ps < len - len % ps; ++j) {
         if (bad_slot(tokens[j * ps])) {
           ++m.prefix_violations;
@@ -115,7 +120,7 @@ inline model_round model_draft_round(
     const std::int32_t partial = len % ps;
     m.last_page_len.push_back(partial);
     m.prefix_seqlen.push_back(len - partial);
-    const std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(pool) * stride;
+    const std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(pool) * table_stride;
     for (std::int32_t j = 0; j * ps < len - partial; ++j) {
       const std::int32_t slot = tokens[j * ps];
       m.prefix_table[static_cast<std::size_t>(r) * m.prefix_columns + j] =
@@ -136,14 +141,14 @@ inline model_round model_draft_round(
       // dummy page, cache_seqlen 1 % ps + d.
       bool refused = false;
       for (std::int32_t j = 0; j < d; ++j) {
-        refused = refused || bad_slot(m.out_cache_loc[static_cast<std::size_t>(row * steps + j)]);
+        refused = refused || bad_slot(m.out_cache_loc[static_cast<std::size_t>(row * stride + j)]);
       }
       violations += refused ? 1 : 0;
       seqlens.push_back((refused ? 1 % ps : m.last_page_len[static_cast<std::size_t>(r)]) + d);
       std::int32_t runs = 0;
       std::int64_t last = -1;
       for (std::int32_t j = 0; j < d && !refused; ++j) {
-        const std::int64_t page = m.out_cache_loc[static_cast<std::size_t>(row * steps + j)] / ps;
+        const std::int64_t page = m.out_cache_loc[static_cast<std::size_t>(row * stride + j)] / ps;
         if (runs == 0 || page != last) {
           table[static_cast<std::size_t>(row * width + runs)] = static_cast<std::int32_t>(page);
           ++runs;

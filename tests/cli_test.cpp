@@ -166,6 +166,23 @@ TEST(CliPlan, PrintsTheBuffersAndTheComparisonAsTextAndJson) {
   EXPECT_GT(as_int(doc.members.at("total_bytes"), "total_bytes"), 0);
 }
 
+// Issue 20: the draft forwards (--steps) and the out_cache_loc row stride (--slot-stride) are
+// separate numbers, both in the report; the rows are sized by the stride, the tables by the steps.
+TEST(CliPlan, SlotStrideSizesTheSlotRowsAndTheReportShowsBothNumbers) {
+  std::ostringstream out, err, json_out;
+  ASSERT_EQ(plan_command({"--max-batch", "8", "--steps", "4", "--slot-stride", "5"}, out, err), 0)
+      << err.str();
+  EXPECT_NE(out.str().find("[8x8x5]"), std::string::npos) << out.str();  // out_cache_loc
+  EXPECT_NE(out.str().find("draft forwards: num_steps 4 (steps, each with its expand table); "
+                           "out_cache_loc rows: slot_stride 5 slots (1 per row never read)"),
+            std::string::npos)
+      << out.str();
+  ASSERT_EQ(plan_command({"--max-batch", "8", "--steps", "4", "--json"}, json_out, err), 0);
+  const json doc = json::parse(json_out.str());
+  EXPECT_EQ(as_int(doc.members.at("num_steps"), "num_steps"), 4);
+  EXPECT_EQ(as_int(doc.members.at("slot_stride"), "slot_stride"), 4);  // the default
+}
+
 TEST(CliPlan, BadValuesNameTheFlag) {
   const struct {
     std::vector<std::string> args;
@@ -186,6 +203,8 @@ TEST(CliPlan, BadValuesNameTheFlag) {
       {{"--max-context", "2147483647"}, "--max-context: 2147483647 exceeds the limit 268435456"},
       {{"--kv-slots", "8589934593", "--page-size", "1"},
        "--kv-slots: 8589934593 slots at page_size 1"},
+      {{"--steps", "4", "--slot-stride", "3"},
+       "--slot-stride: 3 is outside [num_steps 4, 65536] (0 = num_steps"},
   };
   for (const auto& c : cases) {
     std::ostringstream out, err;

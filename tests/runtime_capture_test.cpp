@@ -79,7 +79,8 @@ TEST_P(Runtime, ForwardFailureDuringCaptureNamesBucketAndStepAndRecovers) {
 }
 
 // config.round_graphs: a full round is one launch of the whole-round graph, with the same
-// results; shorter rounds still replay step by step.
+// results; shorter rounds still replay step by step. Exactly the graphs replayed are captured:
+// steps 0..2 (shorter rounds) and the round graph, 4 per bucket, every one launched.
 TEST_P(Runtime, WholeRoundGraphsEqualPerStepReplay) {
   std::mt19937_64 rng(test_seed());
   draft_config c = small_config(4);
@@ -87,18 +88,18 @@ TEST_P(Runtime, WholeRoundGraphsEqualPerStepReplay) {
   sim_engine eng(*ex, c, rng);
   const capture_report report = eng.rt().capture();
   const auto buckets = static_cast<std::int32_t>(eng.rt().plan().config.buckets.size());
-  EXPECT_EQ(report.graphs, buckets * 5);
-  EXPECT_EQ(report.per_graph[4].step, all_steps);
-  EXPECT_EQ(report.per_graph[4].bucket, 12);
-  EXPECT_GT(report.per_graph[4].nodes, report.per_graph[3].nodes);
+  EXPECT_EQ(report.graphs, buckets * 4);
+  EXPECT_EQ(report.per_graph[3].step, all_steps);
+  EXPECT_EQ(report.per_graph[3].bucket, 12);
+  EXPECT_GT(report.per_graph[3].nodes, report.per_graph[2].nodes);
   for (int round = 0; round < 16; ++round) {
     const host_round r = eng.random_round(rng, static_cast<std::int32_t>(1 + rng() % 12));
-    const std::int32_t depth = round % 2 == 0 ? 4 : 2;
+    const std::int32_t depth = round % 2 == 0 ? 4 : 3;
     eng.poison();
     eng.rt().stage(r.inputs());
     const std::int64_t launches = ex->counters().graph_launches;
     eng.rt().run_round(depth);
-    EXPECT_EQ(ex->counters().graph_launches - launches, depth == 4 ? 1 : 2);
+    EXPECT_EQ(ex->counters().graph_launches - launches, depth == 4 ? 1 : 3);
     expect_matches_model(eng, eng.model_of(r, depth), depth);
     if (HasFailure()) return;
   }
@@ -107,6 +108,10 @@ TEST_P(Runtime, WholeRoundGraphsEqualPerStepReplay) {
   eng.rt().stage(eng.random_round(rng, 3).inputs());
   eng.rt().run_round(4);
   expect_invalid([&] { eng.rt().replay(4); }, "step", "4 is outside [0, num_steps 4)");
+  eng.rt().stage(eng.random_round(rng, 3).inputs());
+  for (std::int32_t s = 0; s < 3; ++s) eng.rt().replay(s);
+  expect_invalid([&] { eng.rt().replay(3); }, "step",
+                 "3: with round_graphs the last step runs only inside the whole-round graph");
 }
 
 TEST_P(Runtime, CapturingAgainUpdatesGraphsInPlace) {

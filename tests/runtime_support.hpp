@@ -106,6 +106,7 @@ class sim_engine {
     m.page_size = config_.page_size;
     m.max_context_len = config_.max_context_len;
     m.buckets = runtime_->plan().config.buckets;
+    m.slot_stride = runtime_->plan().config.slot_stride;
     return m;
   }
   model_round model_of(const host_round& r, std::int32_t depth) const {

@@ -83,6 +83,28 @@ TEST_P(SimEngine, SmallRunVerifiesAndCountsAddUp) {
   EXPECT_GE(buckets.size(), 3u);
 }
 
+// `run --slot-stride`: out_cache_loc rows 7 wide for 4 draft steps, the 3 extra slots of every
+// row holding -1 (out of range: a read is refused and recorded, so checked mode would raise,
+// and its table cell would be missing from the attention). Every round verifies against the
+// float64 reference, with the poison staged beside the slots the steps read.
+TEST_P(SimEngine, SlotRowsWiderThanTheStepsVerifyAndTheirExtraSlotsAreNeverRead) {
+  sim::sim_options o = small_options(test_seed());
+  o.slot_stride = 7;
+  o.checked = true;
+  o.rounds = 10;
+  o.verify = sim::sim_options::verify_mode::all;
+  sim::sim_engine engine(*ex, o);
+  EXPECT_EQ(engine.capture().graphs, 6 * 4);  // the steps, not the stride, size the graphs
+  const sim::run_report r = engine.run();
+  EXPECT_EQ(r.verified_rounds, 10);
+  EXPECT_LE(r.max_relative_error, 1e-5);
+  const draft_runtime& rt = engine.runtime();
+  const std::size_t staged = static_cast<std::size_t>(rt.staged_batch()) * 3 * 7;
+  std::vector<std::int64_t> slots(staged);
+  ex->copy_to_host(slots.data(), rt.buffers().out_cache_loc(), staged * 8);
+  for (std::size_t i = 0; i < staged; ++i) EXPECT_EQ(slots[i] == -1, i % 7 >= 4) << i;
+}
+
 // Short prefixes (zero whole pages: the prefix pass sees no tokens, lse = -inf) and branches
 // whose draft tokens cross into a second page, all verified.
 TEST_P(SimEngine, ZeroPrefixPagesAndPageCrossingBranchesVerify) {

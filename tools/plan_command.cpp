@@ -20,6 +20,8 @@ namespace {
 constexpr const char* plan_usage =
     "usage: specgraph plan [flags]\n"
     "  --max-batch N --topk N --steps N --page-size N --max-context N\n"
+    "  --slot-stride S       slots per out_cache_loc branch row, >= --steps (default: --steps;\n"
+    "                        SGLang: --steps S-1 --slot-stride S)\n"
     "  --pool-rows N (default max-batch + 1)  --kv-slots N (default 2^24)\n"
     "  --buckets 1,2,4,...   (default: the common list up to --max-batch)\n"
     "  --formats fa3|csr|both  the draft-decode metadata held (default fa3; docs/csr.md)\n"
@@ -55,14 +57,12 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
   std::optional<std::int32_t> pool_rows;      // absent: the default, max_batch + 1
   std::optional<std::int32_t> verify_tokens;  // --verify-tokens: the verify line (table only)
   // draft_config field names, for errors raised by validate(): reported as the flag.
-  const std::pair<const char*, const char*> flag_of[] = {{"max_batch", "--max-batch"},
-                                                         {"topk", "--topk"},
-                                                         {"num_steps", "--steps"},
-                                                         {"page_size", "--page-size"},
-                                                         {"max_context_len", "--max-context"},
-                                                         {"pool_rows", "--pool-rows"},
-                                                         {"kv_slots", "--kv-slots"},
-                                                         {"buckets", "--buckets"}};
+  const std::pair<const char*, const char*> flag_of[] = {
+      {"max_batch", "--max-batch"}, {"topk", "--topk"},
+      {"num_steps", "--steps"},     {"slot_stride", "--slot-stride"},
+      {"page_size", "--page-size"}, {"max_context_len", "--max-context"},
+      {"pool_rows", "--pool-rows"}, {"kv_slots", "--kv-slots"},
+      {"buckets", "--buckets"}};
   try {
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::string& flag = args[i];
@@ -99,6 +99,8 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         c.topk = int32();
       } else if (flag == "--steps") {
         c.num_steps = int32();
+      } else if (flag == "--slot-stride") {
+        c.slot_stride = int32();
       } else if (flag == "--page-size") {
         c.page_size = int32();
       } else if (flag == "--max-context") {

@@ -33,6 +33,8 @@ constexpr const char* run_usage =
     "  --min-batch N    smallest batch drawn per round (default 1)\n"
     "  --topk N         draft branches per request (default 4)\n"
     "  --steps N        draft steps per round (default 5)\n"
+    "  --slot-stride S  slots per out_cache_loc branch row, >= steps (default: steps); the\n"
+    "                   extra slots hold an out-of-range slot that must never be read\n"
     "  --depth N|random steps replayed per round, N <= steps, or 1..steps drawn per round\n"
     "                   (default: all; the table then lists only the steps that ran)\n"
     "  --page-size N    KV page size in tokens (default 16)\n"
@@ -111,6 +113,7 @@ void check_memory(const sim::sim_options& o) {
   c.max_batch = o.max_batch;
   c.topk = o.topk;
   c.num_steps = o.num_steps;
+  c.slot_stride = o.slot_stride;
   c.page_size = o.page_size;
   c.max_context_len = static_cast<std::int32_t>(std::min(width, 2e9));
   c.pool_rows = o.max_batch + 1;
@@ -178,6 +181,8 @@ parsed parse(const std::vector<std::string>& args) {
       o.topk = num(1, 64);
     } else if (flag == "--steps") {
       o.num_steps = num(1, 32);
+    } else if (flag == "--slot-stride") {
+      o.slot_stride = num(1, 64);
     } else if (flag == "--depth") {
       depth_text = value;
     } else if (flag == "--page-size") {
@@ -225,6 +230,10 @@ parsed parse(const std::vector<std::string>& args) {
   if (o.min_batch > o.max_batch) {
     throw flag_error("--min-batch: " + std::to_string(o.min_batch) + " exceeds --max-batch " +
                      std::to_string(o.max_batch));
+  }
+  if (o.slot_stride != 0 && o.slot_stride < o.num_steps) {
+    throw flag_error("--slot-stride: " + std::to_string(o.slot_stride) + " is below --steps " +
+                     std::to_string(o.num_steps) + " (a row holds a slot for every draft step)");
   }
   if (depth_text == "random") {
     o.depth = -1;

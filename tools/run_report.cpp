@@ -58,10 +58,11 @@ const char* build_commit() noexcept {
 std::string run_header(const sim::sim_options& o, const std::string& executor) {
   std::ostringstream h;
   h << "specgraph run: " << executor << " executor, max batch " << o.max_batch << ", topk "
-    << o.topk << ", " << o.num_steps << " steps, depth " << depth_text(o) << ", page size "
-    << o.page_size << ", " << o.heads << " heads x " << o.head_dim
-    << ", context <= " << o.max_context << ", format " << to_string(o.format) << ", " << o.rounds
-    << " rounds, seed " << o.seed << ", "
+    << o.topk << ", " << o.num_steps << " steps"
+    << (o.slot_stride > o.num_steps ? ", slot stride " + std::to_string(o.slot_stride) : "")
+    << ", depth " << depth_text(o) << ", page size " << o.page_size << ", " << o.heads
+    << " heads x " << o.head_dim << ", context <= " << o.max_context << ", format "
+    << to_string(o.format) << ", " << o.rounds << " rounds, seed " << o.seed << ", "
     << (o.device_steps ? "device step counter (--device-steps)" : "per-step graphs") << ", "
     << (o.checked ? "checked (--checked)" : "unchecked") << "\n";
   return h.str();

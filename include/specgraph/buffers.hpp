@@ -67,7 +67,7 @@ struct step_view {
   const std::int32_t* req_pool_index = nullptr;  // [bucket]
   const std::int32_t* seq_len = nullptr;         // [bucket]
   const std::int64_t* out_cache_loc = nullptr;   // [bucket*topk][cache_loc_stride]
-  std::int64_t cache_loc_stride = 0;             // num_steps
+  std::int64_t cache_loc_stride = 0;             // slot_stride (>= num_steps)
   const std::int32_t* real_batch = nullptr;      // [1] the staged real batch
 
   // Step-invariant prefix metadata (computed by the round's setup).

@@ -16,6 +16,9 @@ inline constexpr std::int32_t max_topk = 1 << 10;
 // Draft steps: decode_length d = s + 1 <= 1024, so last_page_len + d < page_size + 1024 fits
 // int32 (cache_seqlen) with room to spare.
 inline constexpr std::int32_t max_num_steps = 1 << 10;
+// Slots per branch row of out_cache_loc (draft_config::slot_stride, >= num_steps): rows *
+// slot_stride < 2^24 * 2^16 = 2^40 slot indices stay inside int64 with room to spare.
+inline constexpr std::int32_t max_slot_stride = 1 << 16;
 inline constexpr std::int32_t max_page_size = 1 << 20;
 // Positions of a request: seq_len <= max_context_len < 2^28, so j * page_size <= seq_len and
 // seq_len + page_size stay inside int32.

@@ -59,10 +59,12 @@ struct engine_tables {
 
 // One draft round's inputs in host memory; copied by draft_runtime::stage().
 struct round_inputs {
-  std::int32_t batch = 0;                       // real requests, 1..max_batch
+  // Real requests, 0..max_batch; 0 (an idle rank under data-parallel attention): every row of
+  // the bucket is a padding row and the three arrays below are not read (may be null).
+  std::int32_t batch = 0;
   index_array req_pool_index;                   // [batch], int32 or int64
   index_array seq_len;                          // [batch], int32 or int64
-  const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][num_steps]
+  const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][slot_stride]
   // device_depth mode (docs/device-rounds.md): the round stops after max_depth steps (0: num_steps)
   // or as soon as no real row's confidence reaches min_confidence.
   std::int32_t max_depth = 0;
@@ -72,14 +74,19 @@ struct round_inputs {
   // forward reads, e.g. the KV cache), wait for `wait_for`, recorded by the engine after it
   // wrote them, on whatever stream it wrote them.
   device_event wait_for = nullptr;
+  // The bucket to replay: 0 = the smallest bucket >= batch; else the caller's choice (under
+  // data-parallel attention every rank replays the bucket of the world's largest batch, chosen
+  // after the engine's all-reduce), which must be a planned bucket >= batch (plan::round_bucket;
+  // invalid_argument "bucket" otherwise, nothing written).
+  std::int32_t bucket = 0;
 };
 
 // The same round in executor memory (what an engine already holds on the GPU).
 struct device_round_inputs {
-  std::int32_t batch = 0;                       // real requests, 1..max_batch
+  std::int32_t batch = 0;                       // real requests, 0..max_batch (as round_inputs)
   index_array req_pool_index;                   // [batch], executor memory, int32 or int64
   index_array seq_len;                          // [batch], executor memory, int32 or int64
-  const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][num_steps], executor memory
+  const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][slot_stride], executor memory
   // Ordering with the engine: when set, the staging waits for `wait_for` (recorded by the engine
   // after it wrote the inputs, on whatever stream it wrote them), and records `done` once the
   // inputs have been read: the engine may overwrite them after `done` completes (or after
@@ -89,6 +96,7 @@ struct device_round_inputs {
   // As in round_inputs (device_depth mode).
   std::int32_t max_depth = 0;
   float min_confidence = -std::numeric_limits<float>::infinity();
+  std::int32_t bucket = 0;  // as in round_inputs: 0 = the smallest bucket >= batch
 };
 
 // ---- one-time initialisation ----------------------------------------------------------------
@@ -99,10 +107,11 @@ struct device_round_inputs {
 void initialize_buffers(executor& ex, const draft_buffers& b);
 
 // ---- per round ------------------------------------------------------------------------------
-// Copies a round's inputs from executor memory into the static inputs of the smallest bucket
-// >= in.batch, writes the real batch and resets the padded requests (seq_len 1, pool row 0,
-// every slot 0): one kernel, after waiting for in.wait_for and before recording in.done.
-// Returns the bucket. Host checks: batch in [1, max_batch], non-null pointers. The contents
+// Copies a round's inputs from executor memory into the static inputs of in.bucket (0: the
+// smallest bucket >= in.batch), writes the real batch and resets the padded requests (seq_len
+// 1, pool row 0, every slot 0; with batch 0 every request): one kernel, after waiting for
+// in.wait_for and before recording in.done. Returns the bucket. Host checks: batch in [0,
+// max_batch], the bucket (plan::round_bucket), non-null pointers when batch > 0. The contents
 // live in device memory and are checked by the kernels: an int64 index that does not fit int32
 // stages that request as a padded one (pool row 0, seq_len 1, every slot 0) and records bad_input
 // in the staging guard word; out-of-range pool rows, lengths and slots are refused by the
@@ -116,8 +125,9 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
                  const engine_tables& tables);
 
 // Step `step`'s expand metadata for `bucket`: reads only the first d = step + 1 slots of each
-// out_cache_loc row into the d + 1 wide step table (slice-before-scatter); in checked mode
-// (config.checked) also checks the branch layout of real rows. Capture-safe; stream: ex's.
+// out_cache_loc row (rows slot_stride apart) into the d + 1 wide step table (slice-before-scatter);
+// in checked mode (config.checked) also checks the branch layout of real rows. Capture-safe;
+// stream: ex's.
 void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step);
 
 // Stages the engine's sparse selection (the sparse input buffers) for one chunk stage into that

@@ -41,7 +41,7 @@ const char* to_string(metadata_formats f) noexcept;
 struct draft_config {
   std::int32_t max_batch = 0;        // largest real batch (requests) per round
   std::int32_t topk = 0;             // draft branches per request
-  std::int32_t num_steps = 0;        // draft steps per round
+  std::int32_t num_steps = 0;        // draft forwards per round: expand tables, graphs
   std::int32_t page_size = 0;        // KV page size (tokens)
   std::int32_t max_context_len = 0;  // columns of req_to_token
   std::int32_t pool_rows = 0;        // rows of req_to_token (request pool)
@@ -56,8 +56,10 @@ struct draft_config {
   // violation raises guard_violation; kernels also check the branch layout of real rows.
   bool checked = false;
   // Also capture one whole-round graph per bucket (all num_steps steps in one graph), so a full
-  // round is a single graph launch instead of num_steps; run_round(num_steps) then uses it.
-  // Doubles the graphs captured; the per-step graphs stay (adaptive depth, replay(s)).
+  // round is a single graph launch instead of num_steps; run_round(num_steps) then uses it. The
+  // step graphs stay for the steps shorter (adaptive) rounds replay, 0 .. num_steps - 2: the
+  // last step runs only inside the round graph (replay(num_steps - 1) is refused), so the
+  // graphs per bucket stay num_steps, each of them replayed.
   bool round_graphs = false;
   // Device step counter (docs/device-rounds.md): one graph per bucket holds one step; the
   // kernels read the step from a device word the graph advances, so the same graph is replayed
@@ -72,6 +74,12 @@ struct draft_config {
   metadata_formats formats = metadata_formats::fa3;
   // CSR kv_indices as int64 (Triton's) instead of int32 (FlashInfer's).
   bool csr_int64 = false;
+  // Slots per branch row of out_cache_loc ([batch][topk][slot_stride]), the row stride staging
+  // copies and the expand kernels read at; 0 = num_steps (make_plan fills it in), else in
+  // [num_steps, limits::max_slot_stride]. SGLang runs S - 1 draft forwards over rows S wide:
+  // num_steps = S - 1, slot_stride = S. Step s reads only the first s + 1 slots of a row; the
+  // slot_stride - num_steps extra slots are copied with the row but never read (docs/engines.md).
+  std::int32_t slot_stride = 0;
 };
 
 // The common speculative-decoding bucket list: 1..8, 10..32 step 2, 40..64 step 4, 72..256
@@ -120,7 +128,7 @@ struct plan_layout {
   std::size_t req_pool_index = 0;      // int32[max_bucket]
   std::size_t seq_len = 0;             // int32[max_bucket]
   std::size_t small_inputs_bytes = 0;  // real_batch .. end of seq_len
-  std::size_t out_cache_loc = 0;       // int64[max_bucket][topk][num_steps]
+  std::size_t out_cache_loc = 0;       // int64[max_bucket][topk][slot_stride]
   // Step-invariant prefix metadata (computed once per round).
   std::size_t last_page_len = 0;      // int32[max_bucket]
   std::size_t prefix_seqlen = 0;      // int32[max_bucket]
@@ -205,6 +213,12 @@ struct plan {
   std::int32_t max_rows() const { return max_bucket() * config.topk; }
   // The smallest bucket >= batch; throws invalid_argument for batch < 1 or > the largest bucket.
   std::int32_t bucket_for(std::int32_t batch) const;
+  // The bucket a round of `batch` real requests (0: an idle rank, every row padding) replays:
+  // `bucket` when the caller chose one (data-parallel attention: the bucket of the world's
+  // largest batch, after the engine's all-reduce), which must be a planned bucket >= batch;
+  // 0 = the smallest bucket >= batch (the first bucket for batch 0). Throws invalid_argument
+  // ("batch" outside [0, max_batch], "bucket" naming the value, the table and the batch).
+  std::int32_t round_bucket(std::int32_t batch, std::int32_t bucket) const;
   // Whether `bucket` is one of the planned buckets.
   bool has_bucket(std::int32_t bucket) const;
 

@@ -113,7 +113,8 @@ class draft_runtime {
   void set_condition(condition_fn f);
 
   // Captures graph(B, s) for every bucket (largest first) and step, and with
-  // config.round_graphs a whole-round graph per bucket. Called again, it re-captures and updates
+  // config.round_graphs a whole-round graph per bucket (and step graphs for steps 0 ..
+  // num_steps - 2 only: exactly what the mode replays). Called again, it re-captures and updates
   // the existing graph execs in place where the topology allows. Synchronous host work; throws
   // capture_failed naming (bucket, step) when the forward throws or does something capture
   // forbids, leaving the runtime usable. `progress(done, total)` is called after each graph.
@@ -142,7 +143,9 @@ class draft_runtime {
   std::int32_t staged_batch() const noexcept { return batch_; }
 
   // Launches graph(staged bucket, step). Steps run in order after each stage(): step 0, then
-  // 1, ... (step 0 may be replayed again to restart the round). Never allocates or synchronises.
+  // 1, ... (step 0 may be replayed again to restart the round). With round_graphs the last step
+  // has no graph of its own (invalid_argument "step"; run_round(num_steps) runs it). Never
+  // allocates or synchronises.
   void replay(std::int32_t step);
   // Runs the same work as replay(step) without a graph: the ops and the forward launched one
   // by one on the stream (graph-vs-eager comparisons, debugging). Same ordering rules as

@@ -9,23 +9,44 @@ The body of graph(bucket, step):
     + [advance_step_].
 The forward's view carries this step's FA3 tables and CSR buffers: the plan's arena, or the
 engine's own kv_indptr / kv_indices when DraftGraphs was given bound CSR outputs.
+Also: which graphs each mode captures (exactly those it replays), the report (one timing per
+graph, the totals, the log line) and the errors naming (bucket, step).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, NamedTuple, Optional
+import contextlib
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from . import _check
 from . import csr as _csr
 from .buffers import Buffers, StepView
-from .errors import InvalidArgument
+from .errors import CaptureFailed, InvalidArgument
 from .ops import advance_step_, round_setup_, step_metadata_, step_metadata_device_
 
 ROUND = -1  # the step of a whole-round graph in reports
 
 Forward = Callable[[StepView], None]
+
+
+def step_graph_count(num_steps: int, round_graphs: bool, step_graphs: bool) -> int:
+    """Step graphs per bucket: every step's in per-step mode; with round graphs only those of
+    the steps shorter rounds replay (the last step runs only inside the round graph)."""
+    if not step_graphs:
+        return 0
+    return num_steps - (1 if round_graphs else 0)
+
+
+def graph_keys(buckets: Sequence[int], num_steps: int, round_graphs: bool, step_graphs: bool,
+               device_steps: bool) -> List[Tuple[int, int]]:
+    """(bucket, step) of every graph a mode captures, in capture order: exactly what it replays.
+    Device steps (and device depth, whose round graph loops over it): one body, step 0."""
+    if device_steps:
+        return [(b, 0) for b in buckets]
+    steps = list(range(step_graph_count(num_steps, round_graphs, step_graphs)))
+    return [(b, s) for b in buckets for s in steps + ([ROUND] if round_graphs else [])]
 
 
 class GraphTiming(NamedTuple):
@@ -61,6 +82,19 @@ def pool_bytes(pool: Any, device: torch.device) -> Optional[int]:
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
     return sum(int(s.get("total_size", 0)) for s in segments if s.get("device", index) == index)
+
+
+@contextlib.contextmanager
+def failing(bucket: int, step: int, what: str) -> Iterator[None]:
+    """Turns any exception into CaptureFailed naming (bucket, step)."""
+    try:
+        yield
+    except CaptureFailed:
+        raise
+    except Exception as e:
+        where = "the round graph" if step == ROUND else f"step {step}"
+        raise CaptureFailed(f"{what} of bucket {bucket}, {where} failed: "
+                            f"{type(e).__name__}: {e}", bucket=bucket, step=step) from e
 
 
 class StepBody:

@@ -34,7 +34,8 @@ _next_handle = itertools.count(1)
 SCHEMAS = {
     "initialize_": "initialize_(Tensor(a!) arena, int handle) -> ()",
     "stage_": "stage_(Tensor(a!) arena, int handle, int bs, Tensor req_pool_indices, "
-              "Tensor seq_lens, Tensor out_cache_loc, int max_depth, float min_confidence) -> ()",
+              "Tensor seq_lens, Tensor out_cache_loc, int max_depth, float min_confidence, "
+              "int bucket=0) -> ()",
     "round_setup_": "round_setup_(Tensor(a!) arena, int handle, int bucket, "
                     "Tensor req_to_token) -> ()",
     "step_metadata_": "step_metadata_(Tensor(a!) arena, int handle, int bucket, int step) -> ()",
@@ -107,13 +108,19 @@ def _on_arena(fn: Callable[..., Any], writes: bool = True) -> Callable[..., None
     return impl
 
 
+def _stage(obj: Any, arena: Any, bs: int, pool: Any, seq: Any, slots: Any, max_depth: int,
+           min_confidence: float, bucket: int = 0) -> Any:
+    """The schema's default bucket (0: the smallest >= bs) where the dispatcher leaves it out."""
+    return _ffi.stage(obj, arena, bs, pool, seq, slots, max_depth, min_confidence, bucket)
+
+
 def _nothing(*args: Any) -> None:
     return None
 
 
 _IMPLS = {
     "initialize_": _on_arena(_ffi.initialize),
-    "stage_": _on_arena(_ffi.stage),
+    "stage_": _on_arena(_stage),
     "round_setup_": _on_arena(_ffi.round_setup),
     "step_metadata_": _on_arena(_ffi.step_metadata),
     "step_metadata_device_": _on_arena(_ffi.step_metadata_device),

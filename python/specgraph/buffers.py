@@ -24,7 +24,7 @@ class StepView(NamedTuple):
     rows: int  # bucket * topk query rows, padded ones included
     req_pool_index: Any  # int32 [bucket]
     seq_len: Any  # int32 [bucket]
-    out_cache_loc: Any  # int64 [bucket, topk, num_steps]
+    out_cache_loc: Any  # int64 [bucket, topk, slot_stride]
     real_batch: Any  # int32 [1]: the staged real batch
     last_page_len: Any  # int32 [bucket]
     prefix_seqlen: Any  # int32 [bucket]
@@ -112,9 +112,9 @@ class Buffers:
 
     @property
     def out_cache_loc(self) -> Any:
-        """int64 [max_bucket, topk, num_steps]: staged slots, padded requests 0."""
+        """int64 [max_bucket, topk, slot_stride]: staged slots, padded requests 0."""
         c = self.plan.config
-        return self._fixed("out_cache_loc", "int64", (self.plan.max_bucket, c.topk, c.num_steps))
+        return self._fixed("out_cache_loc", "int64", (self.plan.max_bucket, c.topk, c.slot_stride))
 
     @property
     def last_page_len(self) -> Any:

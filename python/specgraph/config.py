@@ -48,7 +48,7 @@ class DraftConfig:
 
     max_batch: int  # largest real batch (requests) per round
     topk: int  # draft branches per request
-    num_steps: int  # draft steps per round
+    num_steps: int  # draft forwards per round (expand tables, graphs)
     page_size: int  # KV page size (tokens)
     max_context_len: int  # columns of req_to_token
     pool_rows: int  # rows of req_to_token (the request pool)
@@ -68,10 +68,13 @@ class DraftConfig:
     formats: str = "fa3"
     # CSR kv_indices as int64 (Triton's) instead of int32 (FlashInfer's).
     csr_int64: bool = False
+    # Slots per out_cache_loc branch row ([bs][topk][slot_stride]), >= num_steps; 0 (default):
+    # num_steps, filled in on construction. SGLang: num_steps = S - 1, slot_stride = S.
+    slot_stride: int = 0
 
     def __post_init__(self) -> None:
         for f in ("max_batch", "topk", "num_steps", "page_size", "max_context_len", "pool_rows",
-                  "kv_slots"):
+                  "kv_slots", "slot_stride"):
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "buckets", _ints("buckets", self.buckets))
         for f in ("checked", "round_graphs", "device_steps", "device_depth", "csr_int64"):
@@ -89,6 +92,8 @@ class DraftConfig:
             raise InvalidArgument("sparse.heads: 0 is outside [1, limits::max_heads]; pass "
                                   "sparse=None for no sparse attention", field="sparse.heads")
         object.__setattr__(self, "_plan", self._make())  # validates (the C++ make_plan)
+        if self.slot_stride == 0:
+            object.__setattr__(self, "slot_stride", self.num_steps)
 
     def _make(self) -> Any:
         s = self.sparse
@@ -97,7 +102,8 @@ class DraftConfig:
             self.pool_rows, self.kv_slots, list(self.buckets), self.checked, self.round_graphs,
             self.device_steps, self.device_depth, s.heads if s else 0,
             list(s.vertical_size) if s else [], list(s.slash_size) if s else [],
-            s.max_keys if s else 0, FORMATS.index(self.formats), self.csr_int64)
+            s.max_keys if s else 0, FORMATS.index(self.formats), self.csr_int64,
+            self.slot_stride)
 
     @property
     def has_csr(self) -> bool:

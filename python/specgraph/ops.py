@@ -109,14 +109,19 @@ def initialize_(bufs: Buffers) -> None:
 
 def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
            out_cache_loc: Any, max_depth: int = 0,
-           min_confidence: float = float("-inf")) -> int:
-    """Copies one round's inputs into the static inputs of the smallest bucket >= bs, writes the
-    real batch and resets the padded requests (seq_len 1, pool row 0, every slot 0). Returns
-    the bucket.
+           min_confidence: float = float("-inf"), bucket: Optional[int] = None) -> int:
+    """Copies one round's inputs into the static inputs of `bucket` (None: the smallest bucket
+    >= bs), writes the real batch and resets the padded requests (seq_len 1, pool row 0, every
+    slot 0). Returns the bucket.
 
-    req_pool_indices, seq_lens: int32 or int64 with >= bs elements; out_cache_loc: int64 with
-    >= bs * topk * num_steps elements in [bs][topk][num_steps] order; all contiguous, on the
-    arena's device. One kernel on the current stream; no sync. Capture-safe, but a captured
+    bs: 0..max_batch; 0 is an idle rank (data-parallel attention): every row of the bucket is a
+    padding row and the three inputs are not read. bucket: the caller's choice, e.g. the bucket
+    of the largest batch across ranks after the engine's all-reduce; it must be a planned bucket
+    >= bs (Plan.round_bucket; InvalidArgument "bucket" naming the value, the table and the
+    batch, nothing written). req_pool_indices, seq_lens: int32 or int64 with >= bs elements;
+    out_cache_loc: int64 with >= bs * topk * slot_stride elements in [bs][topk][slot_stride]
+    order (only the first num_steps slots of each row are read); all contiguous, on the arena's
+    device. One kernel on the current stream; no sync. Capture-safe, but a captured
     stage is only valid for the batch it was captured with: stage eagerly before replaying.
     Host memory: the contents are checked first too (InvalidArgument naming the element, e.g.
     "seq_lens[3]", nothing written); device memory: by the kernels (bad_input guard words).
@@ -126,19 +131,19 @@ def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
     once no real row's confidence reaches min_confidence.
     """
     _ready(bufs)
-    bs = _check.int_in("bs", bs, 1, bufs.plan.config.max_batch, "max_batch")
+    bs = _check.int_in("bs", bs, 0, bufs.plan.config.max_batch, "max_batch")
     req_pool_indices = _tensor(bufs, "req_pool_indices", req_pool_indices)
     seq_lens = _tensor(bufs, "seq_lens", seq_lens)
     out_cache_loc = _tensor(bufs, "out_cache_loc", out_cache_loc)
     max_depth = _check.index("max_depth", max_depth)
     min_confidence = _check.real("min_confidence", min_confidence)
+    chosen = bufs.plan.round_bucket(bs, bucket)  # before anything is written
     if bufs.handle:
-        bucket = bufs.plan.bucket_for(bs)  # before anything is written
         _torch.stage_(bufs.arena, bufs.handle, bs, req_pool_indices, seq_lens, out_cache_loc,
-                      max_depth, min_confidence)
-        return bucket
+                      max_depth, min_confidence, chosen)
+        return chosen
     return int(_ffi.stage(bufs._obj, bufs.arena, bs, req_pool_indices, seq_lens, out_cache_loc,
-                          max_depth, min_confidence))
+                          max_depth, min_confidence, chosen))
 
 
 def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any) -> None:

@@ -73,6 +73,18 @@ class Plan:
             return self._bucket_of[bs]
         return int(_ffi.bucket_for(self._handle, _int("batch", bs)))  # raises, naming the limit
 
+    def round_bucket(self, bs: int, bucket: Optional[int] = None) -> int:
+        """The bucket a round of bs real requests replays (bs 0: an idle rank, every row padding):
+        `bucket` when the caller chose one (data-parallel attention: the bucket of the largest
+        batch across ranks, after the engine's all-reduce), which must be a planned bucket >= bs;
+        None or 0: the smallest bucket >= bs (the first bucket for bs 0). InvalidArgument
+        ("batch" outside [0, max_batch]; "bucket" naming the value, the table and the batch)."""
+        if bucket is None or (type(bucket) is int and bucket == 0):
+            if type(bs) is int and 0 < bs <= self.max_bucket:
+                return self._bucket_of[bs]
+            bucket = 0
+        return int(_ffi.round_bucket(self._handle, _int("batch", bs), _int("bucket", bucket)))
+
     def find(self, name: str, step: Optional[int] = None) -> BufferSpec:
         """The buffer called `name` (for `step`; None: step-invariant). KeyError if absent."""
         for b in self.buffers:

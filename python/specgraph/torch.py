@@ -9,17 +9,17 @@
         graphs.run_round(depth)        # replay steps 0..depth-1 on the current stream
 
 graph(B, s) = [round_setup_ (step 0 only)] + [step_metadata_(s)] + [forward(view(B, s))], the same
-sequence the C++ draft_runtime captures; with round_graphs a whole round is one more graph per
-bucket. With a device step counter (DraftConfig(device_steps=True), docs/device-rounds.md)
-one graph per bucket holds one step, [round_setup_ (runs on the device at step 0 only)] +
+sequence the C++ draft_runtime captures; with round_graphs one graph per bucket holds the whole
+round instead (step_graphs=True adds those of the steps shorter rounds replay). With a device
+step counter (DraftConfig(device_steps=True), docs/device-rounds.md) one graph per bucket holds one step, [round_setup_ (runs on the device at step 0 only)] +
 [step_metadata_device_] + [forward(view(B, 0))] + [advance_step_], replayed depth times: the
 forward reads the step from view.device_step. With the device-decided depth
 (DraftConfig(device_depth=True)) that body is captured with torch (keep_graph=True) and
 specgraph.round_graph wraps a copy of it in a WHILE node whose condition reads the forward's
 view.confidence: run_round() is one launch and the device decides the depth (stage_'s max_depth
 and min_confidence), left in DraftGraphs.depth. torch.cuda.graph itself records no WHILE node.
-The forward is the engine's: it reads the static buffers through the StepView it is
-given and must only enqueue work on the current stream (it runs inside torch.cuda.graph).
+The forward is the engine's: it reads the static buffers through the StepView it is given and
+must only enqueue work on the current stream (it runs inside torch.cuda.graph).
 With CSR in the plan (DraftConfig(formats="csr" or "both"), docs/csr.md) each step's graph
 also writes that step's kv_indptr / kv_indices before the forward (into the arena, or into the
 engine's buffers bound with specgraph.bind_csr_outputs and passed as csr_outputs), and the
@@ -31,10 +31,10 @@ sequence eagerly, so the driver's logic is usable and testable without a GPU.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from collections import Counter
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 try:
     import torch
@@ -48,7 +48,8 @@ except ImportError as _e:  # say what to install, not a bare "No module named 't
 
 from . import _check, _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
-from ._capture import ROUND, CaptureReport, Forward, GraphTiming, StepBody, pool_bytes
+from ._capture import (ROUND, CaptureReport, Forward, GraphTiming, StepBody, failing, graph_keys,
+                       pool_bytes, step_graph_count)
 from .buffers import Buffers
 from .csr import CsrOutputs
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
@@ -72,7 +73,13 @@ class DraftGraphs:
     stream: the capture stream (default a new side stream). warmups: eager runs of each graph's
     work on the capture stream before capturing it (0..MAX_WARMUPS). before_capture(bucket, step): called right
     before each capture (step ROUND for a round graph), e.g. the engine's TP barrier.
-    round_graphs: also capture a whole-round graph per bucket (default plan.config.round_graphs).
+    round_graphs: capture a whole-round graph per bucket (default plan.config.round_graphs).
+    step_graphs: capture step graphs too (default: not round_graphs). Each mode captures exactly
+    the graphs it replays: per-step mode a graph per step; round mode (round_graphs=True) only
+    the round graphs (run_round at full depth; replay(s) and shorter rounds are refused); both
+    flags: the round graph and the graphs of steps 0..num_steps-2, which shorter rounds replay
+    (the last step runs only in the round graph); device steps one body per bucket. graph_keys
+    lists them.
     checked: "off", "async" or "sync" (default SPECGRAPH_CHECKED): the guard check after each
     round (see specgraph._env). capture_error_mode: passed to torch.cuda.graph. csr_outputs
     (plans with CSR): the engine's kv_indptr / kv_indices from specgraph.bind_csr_outputs, which
@@ -85,6 +92,7 @@ class DraftGraphs:
                  before_capture: Optional[Callable[[int, int], None]] = None,
                  round_graphs: Optional[bool] = None, checked: Optional[str] = None,
                  capture_error_mode: str = "global",
+                 step_graphs: Optional[bool] = None,
                  csr_outputs: Optional[CsrOutputs] = None) -> None:
         if not isinstance(bufs, Buffers) or bufs.framework != "torch":
             raise InvalidArgument(
@@ -122,6 +130,12 @@ class DraftGraphs:
         if self.device_steps and self.round_graphs:
             raise InvalidArgument("round_graphs: not with a device step counter",
                                   field="round_graphs")
+        self.step_graphs = not self.round_graphs if step_graphs is None else (
+            _check.boolean("step_graphs", step_graphs))
+        if not (self.step_graphs or self.round_graphs or self.device_steps):
+            raise InvalidArgument("step_graphs: False without round_graphs captures nothing to "
+                                  "replay (pass round_graphs=True, or leave step_graphs out)",
+                                  field="step_graphs")
         if checked is not None and not isinstance(checked, str):
             raise TypeError(f"checked: expected one of {', '.join(_env.CHECKED_MODES)} (a str), "
                             f"got {_check.type_name(checked)}")
@@ -134,6 +148,8 @@ class DraftGraphs:
         self.report: Optional[CaptureReport] = None
         self._graphs: Dict[Tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._rounds: Dict[int, RoundGraph] = {}  # device_depth: bucket -> its round graph
+        # Launches per graph key (eagerly, on a CPU arena, the work each launch stands for).
+        self.replays: Counter[Tuple[int, int]] = Counter()
         self.bucket = 0  # of the last stage_()
         self.batch = 0
         self._next_step = 0
@@ -150,11 +166,23 @@ class DraftGraphs:
     def _record(self, bucket: int, step: int) -> None:
         self._body.record(bucket, step, self.device_steps)
 
-    def _graph_keys(self) -> List[Tuple[int, int]]:
-        if self.device_steps:
-            return [(b, 0) for b in self.buckets]
-        steps = list(range(self.plan.config.num_steps)) + ([ROUND] if self.round_graphs else [])
-        return [(b, s) for b in self.buckets for s in steps]
+    def _step_graph_count(self) -> int:
+        return step_graph_count(self.plan.config.num_steps, self.round_graphs, self.step_graphs)
+
+    @property
+    def graph_keys(self) -> List[Tuple[int, int]]:
+        """(bucket, step) of every graph capture() captures, in capture order (step ROUND for a
+        round graph; device steps: step 0, the body). On a CPU arena: the warm-ups it runs."""
+        return graph_keys(self.buckets, self.plan.config.num_steps, self.round_graphs,
+                          self.step_graphs, self.device_steps)
+
+    def _launch(self, key: Tuple[int, int]) -> None:
+        """One replay of graph `key`; eagerly (CPU arena) the same work."""
+        if self.mode == "cuda_graph":
+            self._graphs[key].replay()
+        else:
+            self._record(*key)
+        self.replays[key] += 1
 
     def capture(self) -> CaptureReport:
         """Captures every graph: per bucket (largest first) and step, warmups on the capture
@@ -173,7 +201,7 @@ class DraftGraphs:
             stream = self.stream or torch.cuda.Stream(self.device)
             pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
             self.pool = pool
-            for bucket, step in self._graph_keys():
+            for bucket, step in self.graph_keys:
                 if self.warmups:
                     stream.wait_stream(torch.cuda.current_stream(self.device))
                     with torch.cuda.stream(stream):
@@ -187,7 +215,7 @@ class DraftGraphs:
                 g = torch.cuda.CUDAGraph(keep_graph=True) if self.device_depth else (
                     torch.cuda.CUDAGraph())
                 t0 = time.perf_counter()
-                with self._failing(bucket, step, "capture"):
+                with failing(bucket, step, "capture"):
                     with torch.cuda.graph(g, pool=pool, stream=stream,
                                           capture_error_mode=self.capture_error_mode):
                         self._record(bucket, step)
@@ -203,7 +231,7 @@ class DraftGraphs:
                 torch.cuda.memory_stats(self.device).get("reserved_bytes.all.current", 0)
                 - reserved)
         else:  # eager: the same warm-ups, so a forward's first calls are the same on a CPU
-            for bucket, step in self._graph_keys():
+            for bucket, step in self.graph_keys:
                 self._warm_up(bucket, step)
             self._reset_step()
         self.report = CaptureReport(len(self._graphs), time.perf_counter() - start, timings,
@@ -216,7 +244,7 @@ class DraftGraphs:
         each runs the body at step 0: the counter is reset before each one (it advances once per
         body, and warm-ups of every bucket would otherwise run it past num_steps, where the
         forward would index its per-step outputs out of range)."""
-        with self._failing(bucket, step, "warmup"):
+        with failing(bucket, step, "warmup"):
             for _ in range(self.warmups):
                 self._reset_step()
                 self._record(bucket, step)
@@ -226,42 +254,37 @@ class DraftGraphs:
         if self.device_steps:
             self.bufs.device_step.zero_()
 
-    @contextlib.contextmanager
-    def _failing(self, bucket: int, step: int, what: str) -> Iterator[None]:
-        """Turns any exception into CaptureFailed naming (bucket, step)."""
-        try:
-            yield
-        except CaptureFailed:
-            raise
-        except Exception as e:
-            where = "the round graph" if step == ROUND else f"step {step}"
-            raise CaptureFailed(f"{what} of bucket {bucket}, {where} failed: "
-                                f"{type(e).__name__}: {e}", bucket=bucket, step=step) from e
-
     @property
     def captured(self) -> bool:
         return self.report is not None
 
     def can_run(self, bs: int) -> bool:
-        """Whether a round of bs requests has a captured graph (bs within a captured bucket)."""
+        """Whether a round of bs requests (0: an idle rank) has a captured graph: the smallest
+        bucket >= bs was captured."""
         bs = _check.index("bs", bs)
-        if not self.captured or not 1 <= bs <= self.plan.max_bucket:
+        if not self.captured or not 0 <= bs <= self.plan.max_bucket:
             return False
-        return self.plan.bucket_for(bs) in self.buckets
+        return self.plan.round_bucket(bs) in self.buckets
 
     # ---- per round -------------------------------------------------------------------------
     def stage_(self, bs: int, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                out_cache_loc: torch.Tensor, max_depth: int = 0,
-               min_confidence: float = float("-inf")) -> int:
+               min_confidence: float = float("-inf"), bucket: Optional[int] = None) -> int:
         """specgraph.stage_ for the next round, eagerly on the current stream; returns the
-        bucket. max_depth (0: num_steps) and min_confidence: the round's controls in device_depth
-        mode. No sync; not for use inside a capture."""
+        bucket. bs 0: an idle rank (every row padding). bucket: the caller's (data-parallel
+        attention: the bucket of the largest batch across ranks), a captured bucket >= bs;
+        None: the smallest >= bs. max_depth (0: num_steps) and min_confidence: the round's
+        controls in device_depth mode. No sync; not for use inside a capture."""
         bs = _check.index("bs", bs)
-        if not self.can_run(bs):
+        if bucket is None and not self.can_run(bs):
             raise InvalidArgument(f"bs: {bs} has no captured bucket (captured: "
                                   f"{list(self.buckets)}; capture() first)", field="bs")
+        chosen = self.plan.round_bucket(bs, bucket)  # an unplanned or too small one, by name
+        if not self.captured or chosen not in self.buckets:
+            raise InvalidArgument(f"bucket: {chosen} was not captured (captured: "
+                                  f"{list(self.buckets)}; capture() first)", field="bucket")
         self.bucket = stage_(self.bufs, bs, req_pool_indices, seq_lens, out_cache_loc,
-                             max_depth, min_confidence)
+                             max_depth, min_confidence, chosen)
         self.batch = bs
         self._next_step = 0
         return self.bucket
@@ -275,14 +298,20 @@ class DraftGraphs:
         if self.device_depth:
             raise InvalidArgument("step: the device decides the depth; run_round() runs the "
                                   "round in one launch", field="step")
+        if not (self.step_graphs or self.device_steps):
+            raise InvalidArgument(f"step: {step}: round mode captured no step graphs (run_round() "
+                                  "runs the whole round; DraftGraphs(..., step_graphs=True) "
+                                  "captures them too)", field="step")
+        if not self.device_steps and step >= self._step_graph_count():
+            raise InvalidArgument(f"step: {step} runs only inside the round graph (run_round() at "
+                                  f"full depth); step graphs exist for steps 0.."
+                                  f"{self._step_graph_count() - 1}, which shorter rounds replay",
+                                  field="step")
         # Step 0 may restart a round, except with a device step counter (only staging resets it).
         if step != self._next_step and (step != 0 or self.device_steps):
             raise InvalidArgument(f"step: {step} out of order (expected {self._next_step})",
                                   field="step")
-        if self.mode == "cuda_graph":
-            self._graphs[(self.bucket, 0 if self.device_steps else step)].replay()
-        else:
-            self._record(self.bucket, step)
+        self._launch((self.bucket, 0 if self.device_steps else step))
         self._next_step = step + 1
 
     def run_round(self, depth: Optional[int] = None) -> None:
@@ -299,14 +328,19 @@ class DraftGraphs:
         depth = n if depth is None else _check.index("depth", depth)
         if not 1 <= depth <= n:
             raise InvalidArgument(f"depth: {depth} is outside [1, num_steps {n}]", field="depth")
+        if self.round_graphs and not self.step_graphs and depth != n:
+            raise InvalidArgument(f"depth: {depth} needs step graphs, which round mode does not "
+                                  f"capture (only full rounds, depth {n}; "
+                                  "DraftGraphs(..., step_graphs=True) captures both)",
+                                  field="depth")
         if self.checked == "async":
             self.poll()
         if self.device_depth:
             self._run_device_depth_round()
-        elif self.round_graphs and depth == n and self.mode == "cuda_graph":
+        elif self.round_graphs and depth == n:
             if self.bucket == 0:
                 raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
-            self._graphs[(self.bucket, ROUND)].replay()
+            self._launch((self.bucket, ROUND))
             self._next_step = n
         else:
             for s in range(depth):
@@ -335,6 +369,7 @@ class DraftGraphs:
                 continue_condition_host(self.bufs, self.bucket, self._condition)
                 if not int(self._condition[0]):
                     break
+        self.replays[(self.bucket, 0)] += 1  # the body, looped over by its round graph
         self._next_step = self.plan.config.num_steps
 
     @property

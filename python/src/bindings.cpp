@@ -39,11 +39,12 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
                    bool round_graphs, bool device_steps, bool device_depth,
                    std::int64_t sparse_heads, ffi::Array<std::int64_t> vertical_size,
                    ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys,
-                   std::int64_t formats, bool csr_int64) {
+                   std::int64_t formats, bool csr_int64, std::int64_t slot_stride) {
   draft_config c;
   c.max_batch = int32_arg("max_batch", max_batch);
   c.topk = int32_arg("topk", topk);
   c.num_steps = int32_arg("num_steps", num_steps);
+  c.slot_stride = int32_arg("slot_stride", slot_stride);  // 0: num_steps
   c.page_size = int32_arg("page_size", page_size);
   c.max_context_len = int32_arg("max_context_len", max_context_len);
   c.pool_rows = int32_arg("pool_rows", pool_rows);
@@ -75,6 +76,10 @@ ffi::Array<std::int64_t> default_buckets(std::int64_t max_batch) {
 
 std::int64_t bucket_for(plan_ref p, std::int64_t batch) {
   return p->plan->bucket_for(int32_arg("batch", batch));
+}
+
+std::int64_t round_bucket(plan_ref p, std::int64_t batch, std::int64_t bucket) {
+  return p->plan->round_bucket(int32_arg("batch", batch), int32_arg("bucket", bucket));
 }
 
 // Everything Python caches about a plan, read once: the buffers as lists [name, step, shape,
@@ -163,6 +168,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("specgraph.make_plan", checked<&make_plan>::call)
       .def("specgraph.default_buckets", checked<&default_buckets>::call)
       .def("specgraph.bucket_for", checked<&bucket_for>::call)
+      .def("specgraph.round_bucket", checked<&round_bucket>::call)
       .def("specgraph.plan_info", checked<&plan_info>::call);
 }
 

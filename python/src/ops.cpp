@@ -124,35 +124,40 @@ void check_host_contents(const draft_config& c, std::int32_t batch, const ffi::T
                       std::to_string(len) + " is outside [1, max_context_len " +
                           std::to_string(c.max_context_len) + "]");
   }
+  if (batch == 0) return;
+  // Rows slot_stride apart; only their first num_steps slots are read (the rest may hold anything).
   const auto* s = static_cast<const std::int64_t*>(address_of(slots));
-  const std::int64_t per_request = static_cast<std::int64_t>(c.topk) * c.num_steps;
-  for (std::int64_t i = 0; i < batch * per_request; ++i) {
-    if (s[i] >= 0 && s[i] < c.kv_slots) continue;
-    const std::int64_t row = i / c.num_steps;
-    SPECGRAPH_EXPECTS(
-        false,
-        "out_cache_loc[" + std::to_string(row / c.topk) + "][" + std::to_string(row % c.topk) +
-            "][" + std::to_string(i % c.num_steps) + "]",
-        std::to_string(s[i]) + " is outside [0, kv_slots " + std::to_string(c.kv_slots) + ")");
+  for (std::int64_t row = 0; row < static_cast<std::int64_t>(batch) * c.topk; ++row) {
+    for (std::int64_t j = 0; j < c.num_steps; ++j) {
+      const std::int64_t slot = s[row * c.slot_stride + j];
+      if (slot >= 0 && slot < c.kv_slots) continue;
+      SPECGRAPH_EXPECTS(
+          false,
+          "out_cache_loc[" + std::to_string(row / c.topk) + "][" + std::to_string(row % c.topk) +
+              "][" + std::to_string(j) + "]",
+          std::to_string(slot) + " is outside [0, kv_slots " + std::to_string(c.kv_slots) + ")");
+    }
   }
 }
 
 std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
                    ffi::TensorView req_pool_indices, ffi::TensorView seq_lens,
-                   ffi::TensorView out_cache_loc, std::int64_t max_depth, double min_confidence) {
+                   ffi::TensorView out_cache_loc, std::int64_t max_depth, double min_confidence,
+                   std::int64_t bucket) {
   op_range r(op_id::stage);
   const draft_buffers bufs = buffers_of(b, arena);
   const draft_config& c = b->plan->config;
   SPECGRAPH_EXPECTS(
-      batch >= 1 && batch <= c.max_batch, "bs",
-      std::to_string(batch) + " is outside [1, max_batch " + std::to_string(c.max_batch) + "]");
+      batch >= 0 && batch <= c.max_batch, "bs",
+      std::to_string(batch) + " is outside [0, max_batch " + std::to_string(c.max_batch) + "]");
   const bool pool64 = check_int_tensor("req_pool_indices", req_pool_indices,
                                        int_kind::int32_or_int64, batch, b->device);
   const bool seq64 =
       check_int_tensor("seq_lens", seq_lens, int_kind::int32_or_int64, batch, b->device);
   check_int_tensor("out_cache_loc", out_cache_loc, int_kind::int64,
-                   batch * c.topk * static_cast<std::int64_t>(c.num_steps), b->device);
+                   batch * c.topk * static_cast<std::int64_t>(c.slot_stride), b->device);
   const auto bs = static_cast<std::int32_t>(batch);
+  const std::int32_t chosen = int32_arg("bucket", bucket);  // checked by stage_round
   if (b->device.device_type == kDLCPU) {
     check_host_contents(c, bs, req_pool_indices, pool64, seq_lens, seq64, out_cache_loc);
   }
@@ -166,9 +171,10 @@ std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
   in.out_cache_loc = static_cast<const std::int64_t*>(address_of(out_cache_loc));
   in.max_depth = int32_arg("max_depth", max_depth);  // its range: stage_round
   in.min_confidence = to_float(min_confidence);
-  const std::int32_t bucket = stage_round(executor_for(b->device), bufs, in);
-  b->staged_bucket = bucket;
-  return bucket;
+  in.bucket = chosen;  // 0: the smallest bucket >= bs
+  const std::int32_t staged = stage_round(executor_for(b->device), bufs, in);
+  b->staged_bucket = staged;
+  return staged;
 }
 
 void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,

@@ -217,7 +217,7 @@ def _register() -> None:
     sg_stage = lambda c, **kw: c.sg.stage_(c.bufs, kw.get("bs", 2), kw.get("rpi", c.rpi),
                                            kw.get("seq", c.seq), kw.get("ocl", c.ocl),
                                            kw.get("md", 0), kw.get("mc", float("-inf")))
-    _scalar_op("stage_", "bs", [1, 2, 4], [0, -1, 5], lambda c, v: c.sg.stage_(
+    _scalar_op("stage_", "bs", [0, 1, 2, 4], [-1, 5], lambda c, v: c.sg.stage_(
         c.bufs, v, c.t([1, 3, 0, 2], "int32"), c.t([9, 13, 1, 64], "int32"),
         c.t(list(range(4 * 6)), "int64")))
     _scalar_op("stage_", "max_depth", [0, 3], [-1, 4], lambda c, v: sg_stage(c, md=v), cfg="depth")

@@ -192,7 +192,7 @@ def _register_draft_graphs(add: Callable[..., None], scalar_op: Callable[..., No
         lambda: __import__("specgraph.torch").torch.DraftGraphs(
             c.sg.buffers(c.plan, c.sg.host_arena(c.plan)), lambda v: None, req_to_token=c.r2t),
         "refuse", "bufs"))
-    for label, v, expect in _scalar_variants([1, 4], [0, -1, 5]):
+    for label, v, expect in _scalar_variants([0, 1, 4], [-1, 5]):
         def build_stage(c: Any, v: Any = v, expect: str = expect) -> Any:
             g = _captured(c)  # the setup (it may write the arena); the call is the staging alone
             twin = (lambda d: (lambda: _captured(d).stage_(_plain(v), *_stage_args(d)))) \

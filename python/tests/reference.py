@@ -13,12 +13,17 @@ class Round:
     bs: int
     pool: List[int]  # [bs]
     seq: List[int]  # [bs]
-    slots: List[int]  # [bs * topk * num_steps], row-major [bs][topk][num_steps]
+    slots: List[int]  # [bs * topk * stride], row-major [bs][topk][stride] (stride(cfg))
+
+
+def stride(cfg) -> int:
+    """Slots per out_cache_loc row: cfg.slot_stride (0 or absent: num_steps)."""
+    return getattr(cfg, "slot_stride", 0) or cfg.num_steps
 
 
 def staged(cfg, bucket: int, r: Round):
     """Section 4: the static inputs after staging, padded requests reset."""
-    per = cfg.topk * cfg.num_steps
+    per = cfg.topk * stride(cfg)
     pool = [r.pool[i] if i < r.bs else 0 for i in range(bucket)]
     seq = [r.seq[i] if i < r.bs else 1 for i in range(bucket)]
     slots = [r.slots[i] if i < r.bs * per else 0 for i in range(bucket * per)]
@@ -46,7 +51,7 @@ def expand(cfg, bucket: int, step: int, lpl: List[int], slots: List[int]):
     rows = bucket * cfg.topk
     table, seqlen = [], []
     for row in range(rows):
-        read = slots[row * cfg.num_steps: row * cfg.num_steps + d]
+        read = slots[row * stride(cfg): row * stride(cfg) + d]
         runs: List[int] = []
         for s in read:
             page = s // cfg.page_size

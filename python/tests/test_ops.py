@@ -173,7 +173,7 @@ def test_bad_inputs_raise_naming_the_field_with_nothing_written():
     pool, seq = np.array([1, 2, 3]), np.array([5, 6, 7])
     slots = np.arange(3 * 10, dtype=np.int64)
     st = lambda bs=3, p=pool, s=seq, o=slots: specgraph.stage_(bufs, bs, p, s, o)  # noqa: E731
-    snapshot_raises(arena, "bs", lambda: st(bs=0))
+    snapshot_raises(arena, "bs", lambda: st(bs=-1))  # 0: an idle rank
     snapshot_raises(arena, "bs", lambda: st(bs=6))
     snapshot_raises(arena, "req_pool_indices", lambda: st(p=pool.astype(np.float32)))
     snapshot_raises(arena, "req_pool_indices", lambda: st(p=pool[:2]))

@@ -207,7 +207,7 @@ def test_draft_graphs_eager_mode_on_cpu(caplog):
     assert line == ("specgraph capture: none, eager mode on a CPU arena (run_round runs the ops "
                     "and the forward directly; CUDA graphs need a CUDA arena), arena "
                     f"{plan.total_bytes} bytes"), line
-    assert g.can_run(1) and g.can_run(5) and not g.can_run(6) and not g.can_run(0)
+    assert g.can_run(1) and g.can_run(5) and not g.can_run(6) and g.can_run(0)  # 0: idle rank
     r = ref.random_round(cfg, rng, bs=3)
     assert g.stage_(3, *tensors(r)) == 5
     g.run_round(3)

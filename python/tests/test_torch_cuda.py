@@ -148,16 +148,19 @@ def expect_steps_run(out, want, rows, num_steps, depth):
         assert got == (want[s] if s < depth else [-1.0] * rows), f"step {s} of depth {depth}"
 
 
-@pytest.mark.parametrize("round_graphs", [False, True])
-def test_draft_graphs_over_a_torch_forward_with_a_shared_pool(round_graphs):
+@pytest.mark.parametrize("round_graphs, step_graphs", [(False, None), (True, None), (True, True)])
+def test_draft_graphs_over_a_torch_forward_with_a_shared_pool(round_graphs, step_graphs):
     plan, arena, bufs = cuda_bufs(round_graphs=round_graphs)
     cfg, rng, r2t_list, r2t, page_value, out = page_world(plan, 4)
     pool = torch.cuda.graph_pool_handle()
     barriers = []
     graphs = sgt.DraftGraphs(bufs, page_forward(out, page_value), req_to_token=r2t, pool=pool,
-                             before_capture=lambda b, s: barriers.append((b, s)))
+                             before_capture=lambda b, s: barriers.append((b, s)),
+                             step_graphs=step_graphs)
     report = graphs.capture()
-    per_bucket = cfg.num_steps + (1 if round_graphs else 0)
+    # Each mode captures what it replays: the steps, the round alone, or the round and the
+    # num_steps - 1 step graphs shorter rounds replay.
+    per_bucket = cfg.num_steps if not round_graphs or step_graphs else 1
     assert report.graphs == len(plan.buckets) * per_bucket == len(barriers)
     assert [t.bucket for t in report.per_graph][0] == 8  # largest first
     assert report.mode == "cuda_graph" and report.pool_bytes >= 0
@@ -169,13 +172,14 @@ def test_draft_graphs_over_a_torch_forward_with_a_shared_pool(round_graphs):
     for _ in range(8):
         r = ref.random_round(cfg, rng)
         bucket = graphs.stage_(r.bs, *inputs(r))
-        depth = rng.randint(1, cfg.num_steps)
+        depth = rng.randint(1, cfg.num_steps) if graphs.step_graphs else cfg.num_steps
         out.zero_()
         graphs.run_round(depth)
         torch.cuda.synchronize()
         want = expected(cfg, bucket, r, r2t_list, page_value)
         for s in range(depth):
             assert out[s, : bucket * cfg.topk].tolist() == want[s]
+    assert set(graphs.replays) <= set(graphs.graph_keys)
 
 
 def test_no_allocation_during_replay():

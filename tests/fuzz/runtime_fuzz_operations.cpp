@@ -84,7 +84,7 @@ void world::op_stage() {
   if (nulls & 4) ri.out_cache_loc = nullptr;
   if (!attempt("stage", [&] { rt_->stage(ri); })) return;
   // Accepted: remember the padded round (section 4).
-  const std::int32_t bucket = rt_->plan().bucket_for(batch);
+  const std::int32_t bucket = rt_->plan().round_bucket(batch, 0);  // batch 0: an idle rank
   FUZZ_CHECK(rt_->staged_bucket() == bucket && rt_->staged_batch() == batch,
              "stage: staged bucket %d batch %d, expected %d %d", rt_->staged_bucket(),
              rt_->staged_batch(), bucket, batch);

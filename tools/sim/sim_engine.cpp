@@ -85,6 +85,7 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   c.max_batch = o.max_batch;
   c.topk = o.topk;
   c.num_steps = o.num_steps;
+  c.slot_stride = o.slot_stride;
   c.page_size = o.page_size;
   c.max_context_len = m.width;
   c.pool_rows = pool_rows;

@@ -23,6 +23,7 @@ struct sim_options {
   std::int32_t max_batch = 32;
   std::int32_t topk = 4;
   std::int32_t num_steps = 5;
+  std::int32_t slot_stride = 0;  // out_cache_loc row width (0: num_steps); extra slots poisoned
   std::int32_t page_size = 16;
   std::int32_t heads = 4;
   std::int32_t head_dim = 64;

@@ -79,7 +79,10 @@ void sim_engine::begin_round(std::int32_t batch) {
   std::vector<std::int32_t>& seq_len = m.round_seq_len;
   seq_len.clear();
   std::vector<std::int64_t>& cache_loc = m.round_cache_loc;
-  cache_loc.assign(static_cast<std::size_t>(batch) * o.topk * o.num_steps, 0);
+  // Rows slot_stride wide (--slot-stride); the slots past num_steps hold an out-of-range slot,
+  // which nothing may read (a read is refused and recorded, and the verification fails).
+  const auto stride = static_cast<std::size_t>(m.rt->plan().config.slot_stride);
+  cache_loc.assign(static_cast<std::size_t>(batch) * o.topk * stride, -1);
   std::vector<std::int64_t>& branch_pages = m.round_branch_pages;
   branch_pages.clear();
   for (std::int32_t r = 0; r < batch; ++r) {
@@ -96,8 +99,8 @@ void sim_engine::begin_round(std::int32_t batch) {
           page = m.pages->allocate();
           branch_pages.push_back(page);
         }
-        cache_loc[(static_cast<std::size_t>(r) * o.topk + t) * o.num_steps + j] =
-            page * ps + offset;
+        cache_loc[(static_cast<std::size_t>(r) * o.topk + t) * stride +
+                  static_cast<std::size_t>(j)] = page * ps + offset;
       }
     }
   }
@@ -130,7 +133,7 @@ void sim_engine::begin_round(std::int32_t batch) {
   copy.req_pool_index = v0.req_pool_index;
   copy.seq_len = v0.seq_len;
   copy.cache_loc = v0.out_cache_loc;
-  copy.cache_loc_stride = o.num_steps;
+  copy.cache_loc_stride = v0.cache_loc_stride;
   copy.topk = o.topk;
   copy.page_size = ps;
   copy.head_elems = m.hd;
