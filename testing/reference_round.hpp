@@ -20,7 +20,7 @@ struct model_config {
   std::int64_t kv_slots = 0;
   // Columns per row of req_to_token (an engine's table may be wider); 0: max_context_len.
   std::int64_t req_to_token_stride = 0;
-  std::int32_t slot_stride = 0;       // slots per out_cache_loc row; 0: num_steps
+  std::int32_t slot_stride = 0;  // slots per out_cache_loc row; 0: num_steps
   std::int32_t stride() const { return slot_stride == 0 ? num_steps : slot_stride; }
 };
 
@@ -105,7 +105,8 @@ inline model_round model_draft_round(
       ++m.prefix_violations;
       padded = true;
     } else {
-      const std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(pool) * table_stride;
+      const std::int32_t* tokens =
+          req_to_token.data() + static_cast<std::size_t>(pool) * table_stride;
       for (std::int32_t j = 0; j * ps < len - len % ps; ++j) {
         if (bad_slot(tokens[j * ps])) {
           ++m.prefix_violations;
@@ -120,7 +121,8 @@ inline model_round model_draft_round(
     const std::int32_t partial = len % ps;
     m.last_page_len.push_back(partial);
     m.prefix_seqlen.push_back(len - partial);
-    const std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(pool) * table_stride;
+    const std::int32_t* tokens =
+        req_to_token.data() + static_cast<std::size_t>(pool) * table_stride;
     for (std::int32_t j = 0; j * ps < len - partial; ++j) {
       const std::int32_t slot = tokens[j * ps];
       m.prefix_table[static_cast<std::size_t>(r) * m.prefix_columns + j] =
