@@ -92,7 +92,9 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   c.kv_slots = m.kv_slots;
   c.checked = o.checked;
   c.device_steps = o.device_steps;
-  // draft_runtime refuses csr-only plans (it writes the FA3 tables): csr runs on a both plan.
+  // csr runs on a both plan: the simulated forward writes each step's CSR indices itself, as
+  // an engine composing the ops would, and draft_runtime (which writes CSR since it learned
+  // the format) writes the same values again; left as is, a known double write.
   c.formats = m.run_csr ? metadata_formats::both : metadata_formats::fa3;
   c.csr_int64 = o.csr_int64;
   m.rt = std::make_unique<draft_runtime>(ex, c, engine_tables{m.d_req_to_token.as<std::int32_t>()});
