@@ -143,6 +143,7 @@ def test_two_ranks_replay_the_bucket_of_the_largest_batch_idle_rank_included():
     all-reduce (max) of the ranks' batches, the bucket of that batch chosen by the test, both
     ranks stage with it (rank 1 idle every other round) and run the same depth; what each
     forward read equals the reference, and both ranks replayed the same graphs."""
+    need_torch()  # here, not in the threads: a skip raised there would read as a failure
     ranks, rounds = 2, 12
     barrier = threading.Barrier(ranks)
     batches = [0] * ranks
