@@ -104,6 +104,9 @@ TEST(CliVerify, InvalidInputIsOneLineNamingTheField) {
        "seq_len[0]: 10 + 4 verify tokens needs 14 positions, past the row "
        "width req_to_token_stride 13"},
       {b1_input("", "0"), "seq_len[0]: 0 is below the minimum 1"},
+      // json_fuzz's finding: a negative length made the output sizes negative (a vector of
+      // size_t(-5) entries threw length_error out of the command) before the kernels' check.
+      {b1_input("", "-9"), "seq_len[0]: -9 is below the minimum 1"},
       {R"({"page_size":0,"num_draft_tokens":4,"seq_len":[5],"req_pool_index":[0],)"
        R"("req_to_token":[[1,2,3,4,5,6,7,8,9]],"custom_mask":)" +
            b1_mask + "}",

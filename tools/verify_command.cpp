@@ -67,6 +67,12 @@ int metadata_verify(std::istream& in, std::ostream& out, std::ostream& err) {
       throw json_error("req_pool_index: " + std::to_string(pool_index.size()) +
                        " entries, expected one per request, " + std::to_string(seq_len.size()));
     }
+    for (std::size_t r = 0; r < seq_len.size(); ++r) {  // before any size is derived from them
+      if (seq_len[r] < 1) {
+        throw json_error("seq_len[" + std::to_string(r) + "]: " + std::to_string(seq_len[r]) +
+                         " is below the minimum 1");
+      }
+    }
     const auto bs = static_cast<std::int32_t>(seq_len.size());
     p.batch = bs;
     p.real_batch = bs;
