@@ -184,6 +184,21 @@ class reader {
   std::size_t i_ = 0;
 };
 
+// A req_to_token table of `entries` slots in [0, 8192) from a 16-bit seed, then (when the next
+// byte is >= 0xc0) one entry replaced by a bad value: what the CSR and verify harnesses read.
+inline void fill_req_to_token(reader& in, std::vector<std::int32_t>& table, std::size_t entries) {
+  table.resize(entries);
+  std::uint32_t h = in.u16() * 2654435761u;
+  for (auto& e : table) {
+    h = h * 1664525u + 1013904223u;
+    e = static_cast<std::int32_t>((h >> 8) % 8192);
+  }
+  for (std::uint8_t bad = in.byte(); bad >= 0xc0 && !table.empty(); bad = 0) {
+    table[in.below(static_cast<std::int64_t>(table.size()))] =
+        static_cast<std::int32_t>(in.value(-4, -1, 0x7fffffff));
+  }
+}
+
 // ---- buffers with canaries -----------------------------------------------------------------
 
 inline constexpr std::size_t canary_bytes = 256;  // keeps the data 256-byte aligned

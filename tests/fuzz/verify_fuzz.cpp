@@ -115,16 +115,7 @@ void run(reader& in) {
     c.seq_len.push_back(in.value32(1, std::max(c.max_seq_len, 1), limits::max_context_len));
     c.req_pool_index.push_back(in.value32(0, c.pool_rows - 1, limits::max_pool_rows));
   }
-  c.req_to_token.resize(static_cast<std::size_t>(n_rtt));
-  std::uint32_t h = in.u16() * 2654435761u;
-  for (auto& e : c.req_to_token) {
-    h = h * 1664525u + 1013904223u;
-    e = static_cast<std::int32_t>((h >> 8) % 8192);
-  }
-  for (std::uint8_t bad = in.byte(); bad >= 0xc0 && !c.req_to_token.empty(); bad = 0) {
-    c.req_to_token[in.below(static_cast<std::int64_t>(c.req_to_token.size()))] =
-        static_cast<std::int32_t>(in.value(-4, -1, 0x7fffffff));
-  }
+  fill_req_to_token(in, c.req_to_token, static_cast<std::size_t>(n_rtt));
   // The mask: the formula's length over the in-range real requests, then a length mode byte:
   // < 0xe0 exact, < 0xf0 the double-counted D (shorter by D * D per real request), else + 1. A
   // bound-only mask gets extra cells instead.
