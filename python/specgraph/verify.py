@@ -172,8 +172,12 @@ def verify_metadata_(out: VerifyOutputs, req_to_token: Any, req_pool_indices: An
         from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
 
         torch = sys.modules["torch"]
-        for field, v in (("req_pool_indices", req_pool_indices), ("seq_lens", seq_lens),
-                         ("custom_mask", custom_mask), ("guard", out.guard)):
+        named = [("req_pool_indices", req_pool_indices), ("seq_lens", seq_lens),
+                 ("custom_mask", custom_mask), ("guard", out.guard)]
+        for group in (out.fa3, out.flashinfer):
+            if group is not None:
+                named += list(zip(group._fields, group))
+        for field, v in named:
             if not isinstance(v, torch.Tensor):
                 raise TypeError(f"{field}: expected a torch.Tensor like req_to_token, got "
                                 f"{_check.type_name(v)}")
