@@ -60,7 +60,8 @@ def test_torch_path_equals_the_numpy_path_and_the_reference():
         n_out = poison(specgraph.verify_outputs(bs, c.max_seq_len, c.d, c.page_size))
         mask = torch.from_numpy(c.mask)
         specgraph.verify_metadata_(t_out, torch.from_numpy(c.req_to_token.astype(np.int32)),
-                                   torch.tensor(c.pool, dtype=dt), torch.tensor(c.seq_len, dtype=dt),
+                                   torch.tensor(c.pool, dtype=dt),
+                                   torch.tensor(c.seq_len, dtype=dt),
                                    mask.bool() if i % 3 == 0 else mask, **kw)
         specgraph.verify_metadata_(n_out, c.req_to_token.astype(np.int32), np.array(c.pool),
                                    np.array(c.seq_len), c.mask, **kw)
