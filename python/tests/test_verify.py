@@ -328,3 +328,22 @@ def test_capacities_and_the_int32_limit():
     with pytest.raises(specgraph.InvalidArgument) as e:
         specgraph.verify_outputs(3, 10, 2, 4, formats="csr")
     assert e.value.field == "formats"
+
+
+def test_a_caller_scratch_is_checked_and_used():
+    r2t, pool, seq, mask = b1_args()
+    words = specgraph.verify_capacities(1, 8, 4, 1).scratch_words
+    assert words == 5 * 1 + 2 * 1 * 4
+    out = specgraph.verify_outputs(1, 8, 4, 1)
+    kw = dict(draft_tokens=4, page_size=1, max_seq_len=8)
+    with pytest.raises(specgraph.InvalidArgument) as e:
+        specgraph.verify_metadata_(out, r2t, pool, seq, mask, scratch=np.zeros(words - 1,
+                                                                              np.int64), **kw)
+    assert e.value.field == "scratch" and f"{words - 1} int64 words, needs {words}" in str(
+        e.value)
+    with pytest.raises(specgraph.InvalidArgument) as e:
+        specgraph.verify_metadata_(out, r2t, pool, seq, mask,
+                                   scratch=np.zeros(words, np.int32), **kw)
+    assert e.value.field == "scratch"
+    specgraph.verify_metadata_(out, r2t, pool, seq, mask, scratch=np.zeros(words, np.int64), **kw)
+    assert out.flashinfer.kv_indptr.tolist() == [0, 9]

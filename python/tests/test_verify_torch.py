@@ -225,3 +225,21 @@ def test_the_verify_op_shows_up_in_the_profiler_by_name():
         specgraph.verify_metadata_(out, r2t, pool, seq, mask, draft_tokens=4, page_size=1,
                                    max_seq_len=8)
     assert "specgraph::verify_metadata_" in {e.name for e in prof.events()}
+
+
+def test_verify_graphs_refuse_outputs_off_the_device_and_check_async():
+    nrng = np.random.default_rng(8)
+    with pytest.raises(specgraph.InvalidArgument) as e:
+        VerifyGraphs(lambda v: None, outputs=specgraph.verify_outputs(2, 8, 2, 1),
+                     req_to_token=torch.zeros(2, 10, dtype=torch.int32), buckets=[2],
+                     max_seq_len=8, draft_tokens=2, page_size=1)
+    assert e.value.field == "guard" and "torch.Tensor on cpu" in str(e.value)
+    g, r2t, seen, out = graphs_case(nrng, checked="async")
+    g.capture()
+    for _ in range(3):  # clean rounds: the async count lands zero and nothing is raised
+        seq = [3, 9]
+        g.stage_(2, torch.tensor([1, 2]), torch.tensor(seq),
+                 torch.from_numpy(vref.engine_mask(nrng, seq, 2, 4)))
+        g.run()
+    g.poll()
+    assert int(g._host_flag.sum()) == 0 and sum(g.replays.values()) == 3
