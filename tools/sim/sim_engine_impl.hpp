@@ -18,6 +18,7 @@
 #include "specgraph/error.hpp"
 #include "tools/sim/sim_engine.hpp"
 #include "tools/sim/sim_kernels.hpp"
+#include "tools/sim/sim_verify_state.hpp"
 
 namespace specgraph::sim {
 namespace detail {
@@ -89,6 +90,7 @@ struct sim_engine::impl {
   std::vector<std::int32_t> round_rows, round_seq_len;
   std::vector<std::int64_t> round_cache_loc, round_branch_pages;
   sim_cuda_launchers cuda = sim_cuda();
+  verify_state vs;  // the verify step (sim_verify_round.cpp); buffers only with verify_tokens
 
   template <class K>
   void launch(const typename K::params& p, std::int64_t rows, cuda_rows_fn fn) {
@@ -98,15 +100,18 @@ struct sim_engine::impl {
   float random_value() { return std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng); }
 
   // A new request on pool row `row`: random prefix length, fresh (scattered) pages, random K/V
-  // written into the pool page by page.
-  void admit(std::int32_t row) {
+  // written into the pool page by page; drawn from `g` (the verify step's own generator when a
+  // request finishes there).
+  void admit(std::int32_t row) { admit(row, rng); }
+  void admit(std::int32_t row, std::mt19937_64& g) {
     request r;
     r.pool_row = row;
-    r.seq_len = std::uniform_int_distribution<std::int32_t>(opt.min_context, opt.max_context)(rng);
+    r.seq_len = std::uniform_int_distribution<std::int32_t>(opt.min_context, opt.max_context)(g);
     r.k.resize(static_cast<std::size_t>(r.seq_len) * hd);
     r.v.resize(r.k.size());
-    for (auto& x : r.k) x = random_value();
-    for (auto& x : r.v) x = random_value();
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& x : r.k) x = u(g);
+    for (auto& x : r.v) x = u(g);
     const std::int32_t ps = opt.page_size;
     const std::int32_t n_pages = (r.seq_len + ps - 1) / ps;
     std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(row) * width;
@@ -252,6 +257,19 @@ struct sim_engine::impl {
   // (sim_verify.cpp).
   void check_outputs(std::int32_t round, std::int32_t batch, std::int32_t depth,
                      std::int32_t bucket, bool verify, run_report& report);
+
+  // The verify step after the draft steps of a round (sim_verify_round.cpp): trees, the target's
+  // forward with tree attention over the verify metadata, its checks, and the accepted paths
+  // committed. init_verify allocates its buffers (constructor).
+  void init_verify();
+  void verify_round(std::int32_t round, std::int32_t batch, std::int32_t depth, std::int32_t bucket,
+                    bool verify, run_report& report);
+  // Its output checks (sim_verify_tree_check.cpp): each path against the float64 reference over
+  // the tree mask by position, and fa3 against csr; `reference` gets [batch][D][hd].
+  void check_verify_outputs(std::int32_t round, std::int32_t batch, std::int32_t D,
+                            std::int32_t bucket, bool verify, const std::vector<std::uint8_t>& mask,
+                            const std::vector<float>& fa3, const std::vector<float>& csr,
+                            std::vector<double>& reference, run_report& report) const;
 
   // The round's draft slots at their req_to_token positions P(r, t, j) = seq_len + t * ps *
   // nnp + j (docs/csr.md section 1), which the CSR indices read, uploaded per request.
