@@ -124,6 +124,60 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   ex.synchronize();
 }
 
+// The verify step's state (sim_verify_round.cpp): the toy model and every buffer, each sized for
+// (max_batch, max_context, D) by the verify_* capacity functions.
+void sim_engine::impl::init_verify() {
+  verify_state& S = vs;
+  const std::int32_t D = opt.verify_tokens, B = opt.max_batch, M = opt.max_context;
+  S.max_tokens = D;
+  S.rng.seed(opt.seed ^ 0x9e3779b97f4a7c15ULL);
+  S.lm = toy_lm(std::max(32, opt.topk), hd, S.rng);  // a 32-token vocabulary (topk distinct)
+  S.root_token.resize(static_cast<std::size_t>(B) + 1);
+  for (std::int32_t& t : S.root_token) t = static_cast<std::int32_t>(S.rng() % S.lm.vocab);
+  S.prefix_columns = static_cast<std::int32_t>(verify_prefix_columns(M, opt.page_size));
+  S.kv_capacity = static_cast<std::int32_t>(verify_kv_indices_capacity(B, M, D));
+  S.packed_capacity = static_cast<std::int32_t>(verify_packed_mask_capacity(B, M, D));
+  S.mask_capacity = verify_mask_cells_capacity(B, M, D);
+  const std::size_t rows = static_cast<std::size_t>(B) * D, f = sizeof(float), i32 = 4;
+  auto make = [&](device_buffer& b, std::size_t bytes) {
+    b = device_buffer(*ex, bytes);
+    ex->fill_bytes(b.data(), 0, bytes);  // defined from the start, as every sim buffer
+  };
+  for (device_buffer* b : {&S.q, &S.k, &S.v, &S.o_prefix, &S.o_expand, &S.out}) {
+    make(*b, rows * hd * f);
+  }
+  make(S.out_csr, (run_csr ? rows * hd : 1) * f);
+  for (device_buffer* b : {&S.lse_prefix, &S.lse_expand, &S.out_lse}) {
+    make(*b, rows * opt.heads * f);
+  }
+  S.h_q.assign(rows * hd, 0.0f);
+  S.h_k.assign(rows * hd, 0.0f);
+  S.h_v.assign(rows * hd, 0.0f);
+  const std::size_t b = static_cast<std::size_t>(B);
+  make(S.pool_index, b * i32);
+  make(S.seq_len, b * i32);
+  make(S.mask, static_cast<std::size_t>(S.mask_capacity));
+  make(S.prefix_table, b * static_cast<std::size_t>(S.prefix_columns) * i32);
+  make(S.prefix_cache, b * i32);
+  make(S.prefix_q, (b + 1) * i32);
+  make(S.prefix_k, (b + 1) * i32);
+  make(S.expand_table, rows * static_cast<std::size_t>(D) * i32);
+  make(S.expand_cache, rows * i32);
+  make(S.expand_q, (rows + 1) * i32);
+  make(S.expand_k, (rows + 1) * i32);
+  for (device_buffer* x : {&S.qo, &S.kv_indptr, &S.mask_indptr, &S.packed_indptr}) {
+    make(*x, (b + 1) * i32);
+  }
+  make(S.kv_indices, static_cast<std::size_t>(S.kv_capacity) * i32);
+  make(S.last_page, b * i32);
+  make(S.packed, static_cast<std::size_t>(S.packed_capacity));
+  make(S.guard, verify_guard_count * sizeof(guard_word));
+  make(S.scratch, static_cast<std::size_t>(verify_scratch_words(B, D)) * 8);
+  make(S.commit_count, b * i32);
+  make(S.commit_src, rows * 8);
+  make(S.commit_dst, rows * 8);
+}
+
 sim_engine::~sim_engine() = default;
 
 draft_runtime& sim_engine::runtime() {

@@ -3,7 +3,9 @@
 // captured in every graph that writes the step's K/V and runs two-pass paged decode attention
 // merged by log-sum-exp (format fa3), and/or one ragged decode pass over the CSR kv_indptr /
 // kv_indices the library writes (format csr). Rounds can be verified against a dense float64
-// reference that gathers tokens by position, never through page tables or CSR indices.
+// reference that gathers tokens by position, never through page tables or CSR indices. After
+// the draft steps, a verify step runs the target over each request's draft tree through the
+// verify metadata and commits the accepted path (docs/verify.md section 9).
 #pragma once
 
 #include <algorithm>

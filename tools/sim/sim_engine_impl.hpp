@@ -26,16 +26,18 @@ using clock_type = std::chrono::steady_clock;
 
 // Hands out pages in random order from a shuffled free list, as a pool does after hours of
 // serving: consecutive allocations are almost never consecutive page ids. Page 0 is reserved.
+// Its generator is its own (seeded by one draw of the engine's): how many pages the requests'
+// growth takes never shifts the engine's draws of batches, depths and requests.
 class page_allocator {
  public:
-  page_allocator(std::int64_t pages, std::mt19937_64& rng) : rng_(&rng) {
+  page_allocator(std::int64_t pages, std::mt19937_64& rng) : rng_(rng()) {
     free_.resize(static_cast<std::size_t>(pages - 1));
     std::iota(free_.begin(), free_.end(), 1);
-    std::shuffle(free_.begin(), free_.end(), rng);
+    std::shuffle(free_.begin(), free_.end(), rng_);
   }
   std::int64_t allocate() {
     if (free_.empty()) throw error("simulated KV pool exhausted");
-    const std::size_t i = (*rng_)() % free_.size();
+    const std::size_t i = rng_() % free_.size();
     std::swap(free_[i], free_.back());
     const std::int64_t page = free_.back();
     free_.pop_back();
@@ -44,7 +46,7 @@ class page_allocator {
   void release(std::int64_t page) { free_.push_back(page); }
 
  private:
-  std::mt19937_64* rng_;
+  std::mt19937_64 rng_;
   std::vector<std::int64_t> free_;
 };
 
