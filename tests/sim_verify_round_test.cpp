@@ -38,6 +38,7 @@ sim::sim_options random_options(std::mt19937_64& rng, std::uint64_t seed) {
   o.format = metadata_formats::both;
   o.verify = sim::sim_options::verify_mode::all;
   o.verify_tokens = pick(1, 1 + o.topk * o.num_steps);
+  o.slot_stride = pick(0, 1) == 0 ? 0 : o.num_steps + pick(0, 3);  // wider out_cache_loc rows
   return o;
 }
 

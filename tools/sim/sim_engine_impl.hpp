@@ -277,6 +277,8 @@ struct sim_engine::impl {
   // nnp + j (docs/csr.md section 1), which the CSR indices read, uploaded per request.
   void write_draft_positions(std::int32_t batch) {
     const std::int32_t ps = opt.page_size, steps = opt.num_steps;
+    // round_cache_loc's rows are slot_stride wide (--slot-stride), not num_steps.
+    const auto stride = static_cast<std::size_t>(rt->plan().config.slot_stride);
     for (std::int32_t r = 0; r < batch; ++r) {
       const std::int64_t row = round_rows[static_cast<std::size_t>(r)];
       const std::int64_t seq = round_seq_len[static_cast<std::size_t>(r)];
@@ -285,7 +287,7 @@ struct sim_engine::impl {
       for (std::int32_t t = 0; t < opt.topk; ++t) {
         for (std::int32_t j = 0; j < steps; ++j) {
           tokens[seq + t * ps * nnp + j] = static_cast<std::int32_t>(
-              round_cache_loc[(static_cast<std::size_t>(r) * opt.topk + t) * steps + j]);
+              round_cache_loc[(static_cast<std::size_t>(r) * opt.topk + t) * stride + j]);
         }
       }
       if (current_round == corrupt_draft_round && r == 0 && steps >= 2) tokens[seq + 1] = tokens[0];
