@@ -66,7 +66,7 @@ constexpr const char* run_usage =
     "buffers' exact sizes; verification covers each path; both adds a line comparing them.\n"
     "The verify row: the target's forward over each request's draft tree (time as above) and\n"
     "the accept length, accepted draft tokens + 1 per request per round; the accepted path\n"
-    "extends the request for the next round (docs/verify.md section 9).\n";
+    "extends the request for the next round (docs/verify.md section 10).\n";
 
 class flag_error : public std::runtime_error {
  public:

@@ -5,7 +5,7 @@
 // kv_indices the library writes (format csr). Rounds can be verified against a dense float64
 // reference that gathers tokens by position, never through page tables or CSR indices. After
 // the draft steps, a verify step runs the target over each request's draft tree through the
-// verify metadata and commits the accepted path (docs/verify.md section 9).
+// verify metadata and commits the accepted path (docs/verify.md section 10).
 #pragma once
 
 #include <algorithm>
