@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -103,8 +104,19 @@ TEST(RunOutput, DepthLeavesOutTheStepsItDidNotRun) {
   std::string line;
   std::getline(lines, line);  // the column names
   std::vector<int> steps;
+  bool verify_row = false;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
+    if (line.rfind("verify ", 0) == 0) {  // the verify step's row, after the steps
+      int d = -1;
+      long replays = -1;
+      std::istringstream(line.substr(6)) >> d >> replays;
+      EXPECT_EQ(d, 8) << line;
+      EXPECT_EQ(replays, 6) << line;
+      verify_row = true;
+      continue;
+    }
+    EXPECT_FALSE(verify_row) << "a step row after the verify row: " << line;
     int step = -1, d = -1;
     long replays = -1;
     std::istringstream(line) >> step >> d >> replays;
@@ -112,6 +124,7 @@ TEST(RunOutput, DepthLeavesOutTheStepsItDidNotRun) {
     steps.push_back(step);
   }
   EXPECT_EQ(steps, (std::vector<int>{0, 1, 2})) << table;
+  EXPECT_TRUE(verify_row) << table;
   const auto& json_steps = r.doc.members.at("steps").items;
   ASSERT_EQ(json_steps.size(), 3u);
   EXPECT_EQ(as_int(json_steps[2].members.at("step"), "step"), 2);
@@ -215,6 +228,73 @@ TEST(RunOutput, TheFormatFlagNamesTheValueAndTheChoices) {
   std::ostringstream out, err;
   ASSERT_EQ(run_command({"--help"}, out, err), 0);
   EXPECT_NE(out.str().find("--format fa3|csr|both"), std::string::npos) << out.str();
+}
+
+// The verify step (issue 21): its own row after the steps (D, one forward per round, the
+// accept length), its summary and checks, the same in --json; --verify-tokens and
+// --no-verify-round refused by name outside their ranges.
+TEST(RunOutput, TheVerifyStepHasItsOwnRowAndItsChecks) {
+  const run_result r = run({"--steps", "3", "--verify", "all", "--format", "both"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(first_line(r.out).find(", unchecked, verify step D 7\n"), std::string::npos) << r.out;
+  const json& v = r.doc.members.at("verify_step");
+  const std::int64_t requests = as_int(v.members.at("requests"), "requests");
+  const std::int64_t accepted = as_int(v.members.at("accepted"), "accepted");
+  EXPECT_EQ(as_int(v.members.at("tokens"), "tokens"), 7);  // min(8, 1 + topk 2 x 3 steps)
+  EXPECT_EQ(as_int(v.members.at("steps"), "steps"), 6);
+  EXPECT_EQ(as_int(v.members.at("tree_tokens"), "tree_tokens"), 7 * requests);
+  EXPECT_GE(accepted, 0);
+  EXPECT_LE(accepted, 3 * requests);  // a path is at most depth 3 long
+  // One head: one tree-token output per tree token and path, every round verified.
+  EXPECT_EQ(as_int(v.members.at("verified_rounds"), "verified_rounds"), 6);
+  EXPECT_EQ(as_int(v.members.at("verified_outputs"), "verified_outputs"), 7 * requests);
+  EXPECT_EQ(as_int(v.members.at("agreement_outputs"), "agreement_outputs"), 7 * requests);
+  EXPECT_GT(v.members.at("max_relative_error_csr").number, 0.0);
+  EXPECT_LE(v.members.at("max_relative_error_fa3").number, 1e-5);
+  std::ostringstream len;
+  len << std::fixed << std::setprecision(2)
+      << 1.0 + static_cast<double>(accepted) / static_cast<double>(requests);
+  const std::string row = r.out.substr(r.out.find("\nverify   7        6 "));
+  EXPECT_NE(first_line(row.substr(1)).find("  accept len " + len.str() + "\n"), std::string::npos)
+      << r.out;
+  EXPECT_LT(r.out.find("\n    2    3"), r.out.find("\nverify   7")) << "after the steps";
+  EXPECT_NE(r.out.find("\nverify step: 6 rounds, " + std::to_string(7 * requests) +
+                       " tree-token outputs per path against a float64 dense reference over the "
+                       "tree mask, max relative error fa3 "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\nverify step fa3 vs csr: 6 rounds, " + std::to_string(7 * requests) +
+                       " tree-token outputs, max abs difference "),
+            std::string::npos)
+      << r.out;
+
+  const run_result off = run({"--steps", "3", "--no-verify-round"});
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_NE(first_line(off.out).find(", no verify step (--verify-tokens 0)\n"), std::string::npos);
+  EXPECT_EQ(off.out.find("\nverify "), std::string::npos) << off.out;
+  EXPECT_EQ(off.doc.members.count("verify_step"), 0u);
+  const run_result three = run({"--steps", "3", "--verify-tokens", "3"});
+  ASSERT_EQ(three.code, 0) << three.err;
+  EXPECT_NE(three.out.find("\nverify   3        6 "), std::string::npos) << three.out;
+
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"--steps", "3", "--verify-tokens", "8"},
+       "specgraph: error: --verify-tokens: 8 exceeds 1 + topk x steps = 7 (the root and every "
+       "draft token); lower it or raise --topk or --steps\n"},
+      {{"--verify-tokens", "-1"}, "specgraph: error: --verify-tokens: -1 is outside [0, 1024]\n"},
+      {{"--verify-tokens", "2", "--no-verify-round"},
+       "specgraph: error: --no-verify-round: contradicts --verify-tokens 2\n"},
+      {{"--no-verify-round=1"}, "specgraph: error: --no-verify-round: takes no value (got '1')\n"},
+  };
+  for (const auto& c : cases) {
+    const run_result bad = run(c.args);
+    EXPECT_EQ(bad.code, 2) << c.message;
+    EXPECT_EQ(bad.err, c.message);
+    EXPECT_EQ(bad.out, "") << "nothing runs";
+  }
 }
 
 TEST(RunOutput, HelpDefinesDraftTokensPerSecond) {

@@ -88,7 +88,10 @@ TEST_P(SimCsr, EachFormatVerifiesOnAPoisonedArena) {
     ASSERT_EQ(p.config.formats, metadata_formats::both);  // draft_runtime runs no csr-only plan
     // The rows hold the longest prefix and every branch's region (docs/csr.md section 1).
     const std::int32_t nnp = (c.page_size - 1 + c.steps + c.page_size - 1) / c.page_size;
-    EXPECT_EQ(p.config.max_context_len, c.max_context + (c.topk - 1) * c.page_size * nnp + c.steps);
+    // And the verify step's tree tokens after the longest prefix (docs/verify.md section 1).
+    EXPECT_EQ(p.config.max_context_len,
+              std::max(c.max_context + (c.topk - 1) * c.page_size * nnp + c.steps,
+                       c.max_context + sim::resolved_verify_tokens(o)));
     engine.capture();
     poison_csr(*ex, engine.runtime().buffers());
     const sim::run_report r = engine.run();

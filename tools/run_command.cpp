@@ -18,6 +18,7 @@
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/verify_metadata.hpp"
 #include "tools/cli_text.hpp"
 #include "tools/json.hpp"
 #include "tools/run_report.hpp"
@@ -51,6 +52,9 @@ constexpr const char* run_usage =
     "  --format fa3|csr|both  the attention path: FA3's page tables (default), the CSR\n"
     "                   kv_indptr / kv_indices FlashInfer and Triton read, or both (their\n"
     "                   outputs are then also compared with each other on every round)\n"
+    "  --verify-tokens D  the verify step's tree size, root included, in [1, 1 + topk x\n"
+    "                   steps] (default min(8, 1 + topk x steps); a round uses\n"
+    "                   min(D, 1 + topk x depth)); 0 or --no-verify-round: draft steps only\n"
     "  --json FILE      write the report as JSON (with the version and git commit)\n"
     "  --dump-graphs DIR  one Graphviz file per captured graph\n"
     "\n"
@@ -59,7 +63,10 @@ constexpr const char* run_usage =
     "p50 and p99 time of a replay (each waited for) and draft tokens/s, the real draft tokens\n"
     "that step produced (batch x topk per round, padded rows not counted) divided by the summed\n"
     "time of its replays. With --format csr or both, a line after the plan gives the CSR\n"
-    "buffers' exact sizes; verification covers each path; both adds a line comparing them.\n";
+    "buffers' exact sizes; verification covers each path; both adds a line comparing them.\n"
+    "The verify row: the target's forward over each request's draft tree (time as above) and\n"
+    "the accept length, accepted draft tokens + 1 per request per round; the accepted path\n"
+    "extends the request for the next round (docs/verify.md section 10).\n";
 
 class flag_error : public std::runtime_error {
  public:
@@ -96,9 +103,10 @@ void check_memory(const sim::sim_options& o) {
   const double request_pages = o.max_batch * std::ceil(o.max_context / ps);
   const bool csr = o.format != metadata_formats::fa3;
   // req_to_token rows: the longest prefix, plus every branch's region with CSR.
-  const double width =
+  const double width = std::max<double>(
       o.max_context +
-      (csr ? (o.topk - 1) * ps * std::ceil((ps - 1 + o.num_steps) / ps) + o.num_steps : 0);
+          (csr ? (o.topk - 1) * ps * std::ceil((ps - 1 + o.num_steps) / ps) + o.num_steps : 0),
+      static_cast<double>(o.max_context) + o.verify_tokens);
   const double branch_pages = rows * std::ceil((ps - 1 + o.num_steps) / ps);
   const double slots = (2 + 1.5 * (request_pages + branch_pages)) * ps;
   double bytes = 2 * slots * hd * 4;                    // K and V pools
@@ -109,6 +117,14 @@ void check_memory(const sim::sim_options& o) {
   bytes += rows * o.heads * 4 * (2 + o.num_steps);      // log-sum-exp outputs
   bytes += 3.0 * rows * o.num_steps * hd * 4;           // verification copies
   if (csr) bytes += 2.0 * rows * o.num_steps * hd * 4;  // the csr output and its copy
+  if (o.verify_tokens > 0) {  // the verify step: its tree tokens' pages, inputs and outputs
+    const double d = o.verify_tokens, tree_rows = o.max_batch * d;
+    bytes += 2 * 1.5 * o.max_batch * std::ceil(d / ps + 1) * ps * hd * 4;  // K/V pool pages
+    bytes += tree_rows * hd * 4 * 16;  // q/k/v (device, host), 4 outputs and their copies
+    bytes += 3.0 * tree_rows * (o.max_context + d);  // mask, packed mask, kv_indices (bytes)
+    bytes += 4.0 * tree_rows * (o.max_context + d);
+    bytes += 4.0 * o.max_batch * std::ceil(o.max_context / ps) + 4.0 * tree_rows * d;
+  }
   draft_config c;
   c.max_batch = o.max_batch;
   c.topk = o.topk;
@@ -137,7 +153,10 @@ parsed parse(const std::vector<std::string>& args) {
   parsed p;
   sim::sim_options& o = p.options;
   std::string depth_text;
-  const std::set<std::string> switches{"--checked", "--device-steps", "--help", "-h"};
+  const std::set<std::string> switches{"--checked", "--device-steps", "--no-verify-round", "--help",
+                                       "-h"};
+  std::int64_t verify_tokens = -1;
+  bool no_verify_round = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     const auto eq = flag.find('=');
@@ -168,6 +187,13 @@ parsed parse(const std::vector<std::string>& args) {
         throw flag_error("--device-steps: takes no value (got " + echo(value) + ")");
       }
       o.device_steps = true;
+    } else if (flag == "--no-verify-round") {
+      if (eq != std::string::npos) {
+        throw flag_error("--no-verify-round: takes no value (got " + echo(value) + ")");
+      }
+      no_verify_round = true;
+    } else if (flag == "--verify-tokens") {
+      verify_tokens = parse_int(flag, value, 0, max_draft_tokens);
     } else if (flag == "--executor") {
       if (value != "host" && value != "cuda" && value != "auto") {
         throw flag_error("--executor: " + echo(value) + " is not one of host, cuda, auto");
@@ -240,6 +266,18 @@ parsed parse(const std::vector<std::string>& args) {
   } else if (!depth_text.empty()) {
     o.depth = static_cast<std::int32_t>(parse_int("--depth", depth_text, 1, o.num_steps));
   }
+  const std::int64_t tree_max = 1 + static_cast<std::int64_t>(o.topk) * o.num_steps;
+  if (verify_tokens > tree_max) {
+    throw flag_error("--verify-tokens: " + std::to_string(verify_tokens) + " exceeds 1 + topk x " +
+                     "steps = " + std::to_string(tree_max) +
+                     " (the root and every draft token); lower it or raise --topk or --steps");
+  }
+  if (no_verify_round && verify_tokens > 0) {
+    throw flag_error("--no-verify-round: contradicts --verify-tokens " +
+                     std::to_string(verify_tokens));
+  }
+  o.verify_tokens = no_verify_round ? 0 : static_cast<std::int32_t>(verify_tokens);
+  o.verify_tokens = sim::resolved_verify_tokens(o);
   check_memory(o);
   return p;
 }

@@ -64,7 +64,10 @@ std::string run_header(const sim::sim_options& o, const std::string& executor) {
     << " heads x " << o.head_dim << ", context <= " << o.max_context << ", format "
     << to_string(o.format) << ", " << o.rounds << " rounds, seed " << o.seed << ", "
     << (o.device_steps ? "device step counter (--device-steps)" : "per-step graphs") << ", "
-    << (o.checked ? "checked (--checked)" : "unchecked") << "\n";
+    << (o.checked ? "checked (--checked)" : "unchecked") << ", "
+    << (o.verify_tokens > 0 ? "verify step D " + std::to_string(o.verify_tokens)
+                            : std::string("no verify step (--verify-tokens 0)"))
+    << "\n";
   return h.str();
 }
 
@@ -98,11 +101,35 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
         << 1e3 * percentile(st.seconds, 0.5) << std::setw(10) << 1e3 * percentile(st.seconds, 0.99)
         << std::setprecision(0) << std::setw(17) << tokens_per_second(st) << "\n";
   }
+  const sim::verify_stats& v = r.verify;
+  const double requests = static_cast<double>(std::max<std::int64_t>(1, v.requests));
+  if (v.steps > 0) {
+    // The verify forward of each round: its time, and the accept length (accepted draft tokens
+    // + the target's bonus token, per request per round).
+    out << "verify" << std::setw(4) << o.verify_tokens << std::setw(9) << v.steps
+        << std::setprecision(3) << std::setw(10) << 1e3 * mean(v.seconds) << std::setw(10)
+        << 1e3 * percentile(v.seconds, 0.5) << std::setw(10) << 1e3 * percentile(v.seconds, 0.99)
+        << std::setprecision(2) << std::setw(13) << "accept len "
+        << 1.0 + static_cast<double>(v.accepted) / requests << "\n";
+  }
   std::set<std::int32_t> buckets;
   for (const auto& round : r.rounds) buckets.insert(round.bucket);
   out << std::setprecision(2) << "\nrounds: " << r.rounds.size() << " (" << replays << " replays, "
       << buckets.size() << " distinct buckets) in " << r.run_seconds
       << " s; per-step times include a synchronisation after each replay\n";
+  if (v.steps > 0) {
+    const char* path = o.format == metadata_formats::fa3   ? "the fa3 cascade"
+                       : o.format == metadata_formats::csr ? "the masked prefill (csr)"
+                                                           : "the fa3 cascade and the masked "
+                                                             "prefill (csr)";
+    out << std::setprecision(2) << "verify: " << v.requests << " request trees of D = min("
+        << o.verify_tokens << ", 1 + topk x depth) tokens, " << v.tree_tokens
+        << " tree tokens, tree attention over prefix + tree through " << path << "; "
+        << static_cast<double>(v.accepted) / requests
+        << " draft tokens accepted per request (accept len "
+        << 1.0 + static_cast<double>(v.accepted) / requests << "), " << v.finished
+        << " requests reached --max-context and were replaced\n";
+  }
   if (o.verify == sim::sim_options::verify_mode::none) {
     out << "verification: off (--verify none)\n";
   } else {
@@ -120,6 +147,25 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
           << " attention outputs, max abs difference " << r.max_abs_difference << " (relative "
           << r.max_relative_difference << ", tolerance " << o.tolerance << "): AGREE\n";
     }
+    if (v.steps > 0) {
+      out << "verify step: " << v.verified_rounds << " rounds, " << v.verified_outputs
+          << " tree-token outputs";
+      if (o.format == metadata_formats::both) {
+        out << " per path against a float64 dense reference over the tree mask, max relative "
+               "error fa3 "
+            << v.max_relative_error_fa3 << ", csr " << v.max_relative_error_csr;
+      } else {
+        out << " against a float64 dense reference over the tree mask, max relative error "
+            << std::max(v.max_relative_error_fa3, v.max_relative_error_csr);
+      }
+      out << " (tolerance " << o.tolerance << "): PASSED\n";
+      if (o.format == metadata_formats::both) {
+        out << "verify step fa3 vs csr: " << v.agreement_rounds << " rounds, "
+            << v.agreement_outputs << " tree-token outputs, max abs difference "
+            << v.max_abs_difference << " (relative " << v.max_relative_difference << ", tolerance "
+            << o.tolerance << "): AGREE\n";
+      }
+    }
   }
   out << std::defaultfloat;
 }
@@ -134,8 +180,8 @@ void write_run_json(std::ostream& j, const sim::sim_options& o, const plan& pl,
     << ",\"rounds\":" << o.rounds << ",\"seed\":" << o.seed
     << ",\"checked\":" << (o.checked ? "true" : "false")
     << ",\"device_steps\":" << (o.device_steps ? "true" : "false")
-    << ",\"format\":" << quote(to_string(o.format)) << "},\"plan\":" << pl.report_json()
-    << ",\"capture\":{\"graphs\":" << r.capture.graphs
+    << ",\"format\":" << quote(to_string(o.format)) << ",\"verify_tokens\":" << o.verify_tokens
+    << "},\"plan\":" << pl.report_json() << ",\"capture\":{\"graphs\":" << r.capture.graphs
     << ",\"instantiated\":" << r.capture.instantiated << ",\"updated\":" << r.capture.updated
     << ",\"total_seconds\":" << r.capture.total_seconds << ",\"arena_bytes\":" << pl.total_bytes
     << "},\"steps\":[";
@@ -172,6 +218,22 @@ void write_run_json(std::ostream& j, const sim::sim_options& o, const plan& pl,
       << ",\"max_abs_difference\":" << r.max_abs_difference
       << ",\"max_relative_difference\":" << r.max_relative_difference
       << ",\"tolerance\":" << o.tolerance << ",\"passed\":true}";
+  }
+  const sim::verify_stats& v = r.verify;
+  if (v.steps > 0) {
+    const double requests = static_cast<double>(std::max<std::int64_t>(1, v.requests));
+    j << ",\"verify_step\":{\"tokens\":" << o.verify_tokens << ",\"steps\":" << v.steps
+      << ",\"mean_seconds\":" << mean(v.seconds)
+      << ",\"p50_seconds\":" << percentile(v.seconds, 0.5)
+      << ",\"p99_seconds\":" << percentile(v.seconds, 0.99) << ",\"requests\":" << v.requests
+      << ",\"tree_tokens\":" << v.tree_tokens << ",\"accepted\":" << v.accepted
+      << ",\"accept_length_mean\":" << 1.0 + static_cast<double>(v.accepted) / requests
+      << ",\"finished\":" << v.finished << ",\"verified_rounds\":" << v.verified_rounds
+      << ",\"verified_outputs\":" << v.verified_outputs
+      << ",\"max_relative_error_fa3\":" << v.max_relative_error_fa3
+      << ",\"max_relative_error_csr\":" << v.max_relative_error_csr
+      << ",\"agreement_outputs\":" << v.agreement_outputs
+      << ",\"max_relative_difference\":" << v.max_relative_difference << "}";
   }
   j << "}\n";
 }

@@ -4,6 +4,7 @@
 #include "tools/sim/sim_engine.hpp"
 
 #include "specgraph/limits.hpp"
+#include "specgraph/verify_metadata.hpp"
 #include "tools/sim/sim_engine_impl.hpp"
 
 namespace specgraph::sim {
@@ -16,6 +17,7 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   SPECGRAPH_EXPECTS(
       o.head_dim >= 1 && o.head_dim <= max_head_dim, "head_dim",
       std::to_string(o.head_dim) + " is outside [1, " + std::to_string(max_head_dim) + "]");
+  m.opt.verify_tokens = resolved_verify_tokens(o);
   m.hd = o.heads * o.head_dim;
   m.max_rows = o.max_batch * o.topk;  // buckets end at max_batch (default_buckets)
   m.run_fa3 = o.format != metadata_formats::csr;
@@ -27,15 +29,34 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   // req_to_token row width: the longest prefix, plus (CSR) every branch's page-aligned region
   // of nnp <= ceil((ps - 1 + num_steps) / ps) pages (docs/csr.md section 1).
   const std::int64_t max_nnp = (ps - 1 + o.num_steps + ps - 1) / ps;
-  const std::int64_t width =
-      o.max_context + (m.run_csr ? (o.topk - 1) * ps * max_nnp + o.num_steps : 0);
+  // The verify step: D tree tokens after the prefix (docs/verify.md section 1), D in
+  // [0, 1 + topk * num_steps] (0: no verify step), the mask's cells within int32.
+  const std::int64_t max_tree =
+      std::min<std::int64_t>(max_draft_tokens, 1 + static_cast<std::int64_t>(o.topk) * o.num_steps);
+  SPECGRAPH_EXPECTS(m.opt.verify_tokens >= 0 && m.opt.verify_tokens <= max_tree, "verify_tokens",
+                    std::to_string(m.opt.verify_tokens) + " is outside [0, " +
+                        std::to_string(max_tree) +
+                        "] (at most the root and every draft token: 1 + topk * num_steps)");
+  if (m.opt.verify_tokens > 0) {
+    const std::int64_t cells =
+        verify_mask_cells_capacity(o.max_batch, o.max_context, m.opt.verify_tokens);
+    SPECGRAPH_EXPECTS(cells <= 0x7fffffff, "verify_tokens",
+                      std::to_string(m.opt.verify_tokens) + " with max_batch " +
+                          std::to_string(o.max_batch) + " and max_context " +
+                          std::to_string(o.max_context) + " gives " + std::to_string(cells) +
+                          " tree-mask cells, above the int32 limit; lower one of them");
+  }
+  const std::int64_t width = std::max<std::int64_t>(
+      o.max_context + (m.run_csr ? (o.topk - 1) * ps * max_nnp + o.num_steps : 0),
+      static_cast<std::int64_t>(o.max_context) + m.opt.verify_tokens);
   SPECGRAPH_EXPECTS(width <= limits::max_context_len, "max_context",
                     std::to_string(o.max_context) + " with the branch regions gives rows " +
                         std::to_string(width) + " wide, above " +
                         std::to_string(limits::max_context_len));
   m.width = static_cast<std::int32_t>(width);
-  const std::int64_t request_pages =
-      static_cast<std::int64_t>(o.max_batch) * ((o.max_context + ps - 1) / ps);
+  // A request's pages: its prefix, then (verify step) its tree tokens' positions.
+  const std::int64_t request_pages = static_cast<std::int64_t>(o.max_batch) *
+                                     ((o.max_context + m.opt.verify_tokens + ps - 1) / ps);
   const std::int64_t branch_pages =
       static_cast<std::int64_t>(m.max_rows) * ((ps - 1 + o.num_steps + ps - 1) / ps);
   // Half again as many pages as ever live at once: the free list stays fragmented.
@@ -78,6 +99,7 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
     ex.fill_bytes(b->data(), 0, b->size());
   }
 
+  if (m.opt.verify_tokens > 0) m.init_verify();
   m.requests.resize(static_cast<std::size_t>(o.max_batch));
   for (std::int32_t row = 1; row <= o.max_batch; ++row) m.admit(row);
 
@@ -102,6 +124,60 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   ex.synchronize();
 }
 
+// The verify step's state (sim_verify_round.cpp): the toy model and every buffer, each sized for
+// (max_batch, max_context, D) by the verify_* capacity functions.
+void sim_engine::impl::init_verify() {
+  verify_state& S = vs;
+  const std::int32_t D = opt.verify_tokens, B = opt.max_batch, M = opt.max_context;
+  S.max_tokens = D;
+  S.rng.seed(opt.seed ^ 0x9e3779b97f4a7c15ULL);
+  S.lm = toy_lm(std::max(32, opt.topk), hd, S.rng);  // a 32-token vocabulary (topk distinct)
+  S.root_token.resize(static_cast<std::size_t>(B) + 1);
+  for (std::int32_t& t : S.root_token) t = static_cast<std::int32_t>(S.rng() % S.lm.vocab);
+  S.prefix_columns = static_cast<std::int32_t>(verify_prefix_columns(M, opt.page_size));
+  S.kv_capacity = static_cast<std::int32_t>(verify_kv_indices_capacity(B, M, D));
+  S.packed_capacity = static_cast<std::int32_t>(verify_packed_mask_capacity(B, M, D));
+  S.mask_capacity = verify_mask_cells_capacity(B, M, D);
+  const std::size_t rows = static_cast<std::size_t>(B) * D, f = sizeof(float), i32 = 4;
+  auto make = [&](device_buffer& b, std::size_t bytes) {
+    b = device_buffer(*ex, bytes);
+    ex->fill_bytes(b.data(), 0, bytes);  // defined from the start, as every sim buffer
+  };
+  for (device_buffer* b : {&S.q, &S.k, &S.v, &S.o_prefix, &S.o_expand, &S.out}) {
+    make(*b, rows * hd * f);
+  }
+  make(S.out_csr, (run_csr ? rows * hd : 1) * f);
+  for (device_buffer* b : {&S.lse_prefix, &S.lse_expand, &S.out_lse}) {
+    make(*b, rows * opt.heads * f);
+  }
+  S.h_q.assign(rows * hd, 0.0f);
+  S.h_k.assign(rows * hd, 0.0f);
+  S.h_v.assign(rows * hd, 0.0f);
+  const std::size_t b = static_cast<std::size_t>(B);
+  make(S.pool_index, b * i32);
+  make(S.seq_len, b * i32);
+  make(S.mask, static_cast<std::size_t>(S.mask_capacity));
+  make(S.prefix_table, b * static_cast<std::size_t>(S.prefix_columns) * i32);
+  make(S.prefix_cache, b * i32);
+  make(S.prefix_q, (b + 1) * i32);
+  make(S.prefix_k, (b + 1) * i32);
+  make(S.expand_table, rows * static_cast<std::size_t>(D) * i32);
+  make(S.expand_cache, rows * i32);
+  make(S.expand_q, (rows + 1) * i32);
+  make(S.expand_k, (rows + 1) * i32);
+  for (device_buffer* x : {&S.qo, &S.kv_indptr, &S.mask_indptr, &S.packed_indptr}) {
+    make(*x, (b + 1) * i32);
+  }
+  make(S.kv_indices, static_cast<std::size_t>(S.kv_capacity) * i32);
+  make(S.last_page, b * i32);
+  make(S.packed, static_cast<std::size_t>(S.packed_capacity));
+  make(S.guard, verify_guard_count * sizeof(guard_word));
+  make(S.scratch, static_cast<std::size_t>(verify_scratch_words(B, D)) * 8);
+  make(S.commit_count, b * i32);
+  make(S.commit_src, rows * 8);
+  make(S.commit_dst, rows * 8);
+}
+
 sim_engine::~sim_engine() = default;
 
 draft_runtime& sim_engine::runtime() {
@@ -123,6 +199,12 @@ void sim_engine::corrupt_branch_layout_at_round(std::int32_t round) {
 }
 void sim_engine::corrupt_draft_position_at_round(std::int32_t round) {
   impl_->corrupt_draft_round = round;
+}
+void sim_engine::corrupt_packed_mask_at_round(std::int32_t round) {
+  impl_->vs.corrupt_mask_round = round;
+}
+const verify_trace& sim_engine::last_verify() const {
+  return impl_->vs.trace;
 }
 
 }  // namespace specgraph::sim

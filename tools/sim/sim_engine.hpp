@@ -3,9 +3,12 @@
 // captured in every graph that writes the step's K/V and runs two-pass paged decode attention
 // merged by log-sum-exp (format fa3), and/or one ragged decode pass over the CSR kv_indptr /
 // kv_indices the library writes (format csr). Rounds can be verified against a dense float64
-// reference that gathers tokens by position, never through page tables or CSR indices.
+// reference that gathers tokens by position, never through page tables or CSR indices. After
+// the draft steps, a verify step runs the target over each request's draft tree through the
+// verify metadata and commits the accepted path (docs/verify.md section 10).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,7 +52,65 @@ struct sim_options {
   // (docs/csr.md section 1). num_steps <= max_csr_steps with csr.
   metadata_formats format = metadata_formats::fa3;
   bool csr_int64 = false;  // CSR kv_indices int64 (Triton's) instead of int32 (FlashInfer's)
+  // The verify step after the draft steps (tools/sim/sim_verify_round.cpp): a tree of
+  // min(verify_tokens, 1 + topk * depth) tokens per request (root included), verified by the
+  // target in one forward with tree attention; the accepted path extends the request. 0: no
+  // verify step (the draft loop alone). [0, min(max_draft_tokens, 1 + topk * num_steps)], or
+  // -1: min(8, 1 + topk * num_steps) (resolved_verify_tokens).
+  std::int32_t verify_tokens = -1;
+  bool trace_verify = false;  // tests: record the last verify step in sim_engine::last_verify()
 };
+
+inline std::int32_t resolved_verify_tokens(const sim_options& o) {
+  const std::int64_t all = 1 + static_cast<std::int64_t>(o.topk) * o.num_steps;
+  return o.verify_tokens >= 0 ? o.verify_tokens
+                              : static_cast<std::int32_t>(std::min<std::int64_t>(8, all));
+}
+
+// Trees and acceptance of the verify steps, and their outputs' checks (the report's verify row).
+struct verify_stats {
+  std::int64_t steps = 0;        // verify forwards run (one per round)
+  std::vector<double> seconds;   // one per step: K/V write, metadata, attention, synchronised
+  std::int64_t requests = 0;     // real requests verified, summed over rounds
+  std::int64_t tree_tokens = 0;  // real tree tokens (root included), summed
+  std::int64_t accepted = 0;     // accepted draft tokens, summed (each request commits + 1)
+  std::int64_t finished = 0;     // requests that reached max_context and were replaced
+  std::int64_t verified_rounds = 0, verified_outputs = 0;  // (token, head) vectors, per path
+  double max_relative_error_fa3 = 0, max_relative_error_csr = 0;
+  std::int64_t agreement_rounds = 0, agreement_outputs = 0;  // format both
+  double max_abs_difference = 0, max_relative_difference = 0;
+};
+
+// The last verify step (sim_options::trace_verify), for the tests: the inputs of its metadata,
+// every output buffer as it stood after the launch (poisoned before it), the trees, the float64
+// reference and the acceptance.
+struct verify_trace {
+  std::int32_t round = -1, batch = 0, bucket = 0, depth = 0, tokens = 0, page_size = 0;
+  std::int32_t max_seq_len = 0, width = 0, pool_rows = 0, topk = 0;
+  std::vector<std::int32_t> req_to_token;             // [pool_rows][width], host mirror
+  std::vector<std::int32_t> pool_index, seq_len;      // [bucket], padding included
+  std::vector<std::uint8_t> mask;                     // the engine's full layout
+  std::vector<std::int32_t> root_token;               // [batch]
+  std::vector<std::int32_t> draft_token;              // [batch][topk][depth]
+  std::vector<double> draft_score;                    // [batch][topk][depth]
+  std::vector<std::int32_t> tree_parent, tree_token;  // [batch][D]
+  std::vector<double> reference;                      // [batch][D][heads * head_dim], float64
+  std::vector<float> output;                          // [batch][D][heads * head_dim]: acceptance's
+  std::vector<std::int32_t> accepted;                 // [batch]
+  std::vector<std::int32_t> seq_len_after;            // [batch]; -1: finished and replaced
+  std::vector<float> lm_bigram, lm_head;              // the toy model (sim_tree.hpp)
+  std::int32_t vocab = 0;
+  // The verify buffers after the launch, whole (their poison: verify_poison, verify_poison_byte).
+  std::vector<std::int32_t> prefix_table, prefix_cache_seqlen, prefix_cu_q, prefix_cu_k;
+  std::vector<std::int32_t> expand_table, expand_cache_seqlen, expand_cu_q, expand_cu_k;
+  std::vector<std::int32_t> qo_indptr, kv_indptr, kv_indices, kv_last_page_len, mask_indptr,
+      packed_indptr;
+  std::vector<std::uint8_t> packed;
+  std::int64_t prefix_stride = 0, expand_stride = 0;
+  std::int32_t prefix_capacity = 0, kv_capacity = 0, packed_capacity = 0;
+};
+inline constexpr std::int32_t verify_poison = -7;
+inline constexpr std::uint8_t verify_poison_byte = 0xa5;
 
 // Verification failed: names round, step, bucket and row.
 class verification_error : public std::runtime_error {
@@ -83,6 +144,7 @@ struct run_report {
   std::int64_t agreement_rounds = 0, agreement_outputs = 0;
   double max_abs_difference = 0, max_relative_difference = 0;
   double run_seconds = 0;
+  verify_stats verify;
 };
 
 class sim_engine {
@@ -121,6 +183,12 @@ class sim_engine {
   // req_to_token (which the CSR indices read, the FA3 tables do not) at the request's first
   // prefix slot (needs num_steps >= 2): the csr path's steps 1.. of row 0 attend a wrong token.
   void corrupt_draft_position_at_round(std::int32_t round);
+  // For the verify tests: in round `round`, after the verify metadata is built, clear the bit
+  // of request 0's query 1 for the root (tree cell (1, 0); needs D >= 2) in the packed mask the
+  // csr path reads: that query misses its parent, and the verification names it.
+  void corrupt_packed_mask_at_round(std::int32_t round);
+  // The last verify step, with sim_options::trace_verify.
+  const verify_trace& last_verify() const;
 
  private:
   struct impl;

@@ -18,6 +18,7 @@
 #include "specgraph/error.hpp"
 #include "tools/sim/sim_engine.hpp"
 #include "tools/sim/sim_kernels.hpp"
+#include "tools/sim/sim_verify_state.hpp"
 
 namespace specgraph::sim {
 namespace detail {
@@ -25,16 +26,18 @@ using clock_type = std::chrono::steady_clock;
 
 // Hands out pages in random order from a shuffled free list, as a pool does after hours of
 // serving: consecutive allocations are almost never consecutive page ids. Page 0 is reserved.
+// Its generator is its own (seeded by one draw of the engine's): how many pages the requests'
+// growth takes never shifts the engine's draws of batches, depths and requests.
 class page_allocator {
  public:
-  page_allocator(std::int64_t pages, std::mt19937_64& rng) : rng_(&rng) {
+  page_allocator(std::int64_t pages, std::mt19937_64& rng) : rng_(rng()) {
     free_.resize(static_cast<std::size_t>(pages - 1));
     std::iota(free_.begin(), free_.end(), 1);
-    std::shuffle(free_.begin(), free_.end(), rng);
+    std::shuffle(free_.begin(), free_.end(), rng_);
   }
   std::int64_t allocate() {
     if (free_.empty()) throw error("simulated KV pool exhausted");
-    const std::size_t i = (*rng_)() % free_.size();
+    const std::size_t i = rng_() % free_.size();
     std::swap(free_[i], free_.back());
     const std::int64_t page = free_.back();
     free_.pop_back();
@@ -43,7 +46,7 @@ class page_allocator {
   void release(std::int64_t page) { free_.push_back(page); }
 
  private:
-  std::mt19937_64* rng_;
+  std::mt19937_64 rng_;
   std::vector<std::int64_t> free_;
 };
 
@@ -89,6 +92,7 @@ struct sim_engine::impl {
   std::vector<std::int32_t> round_rows, round_seq_len;
   std::vector<std::int64_t> round_cache_loc, round_branch_pages;
   sim_cuda_launchers cuda = sim_cuda();
+  verify_state vs;  // the verify step (sim_verify_round.cpp); buffers only with verify_tokens
 
   template <class K>
   void launch(const typename K::params& p, std::int64_t rows, cuda_rows_fn fn) {
@@ -98,15 +102,18 @@ struct sim_engine::impl {
   float random_value() { return std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng); }
 
   // A new request on pool row `row`: random prefix length, fresh (scattered) pages, random K/V
-  // written into the pool page by page.
-  void admit(std::int32_t row) {
+  // written into the pool page by page; drawn from `g` (the verify step's own generator when a
+  // request finishes there).
+  void admit(std::int32_t row) { admit(row, rng); }
+  void admit(std::int32_t row, std::mt19937_64& g) {
     request r;
     r.pool_row = row;
-    r.seq_len = std::uniform_int_distribution<std::int32_t>(opt.min_context, opt.max_context)(rng);
+    r.seq_len = std::uniform_int_distribution<std::int32_t>(opt.min_context, opt.max_context)(g);
     r.k.resize(static_cast<std::size_t>(r.seq_len) * hd);
     r.v.resize(r.k.size());
-    for (auto& x : r.k) x = random_value();
-    for (auto& x : r.v) x = random_value();
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& x : r.k) x = u(g);
+    for (auto& x : r.v) x = u(g);
     const std::int32_t ps = opt.page_size;
     const std::int32_t n_pages = (r.seq_len + ps - 1) / ps;
     std::int32_t* tokens = req_to_token.data() + static_cast<std::size_t>(row) * width;
@@ -253,10 +260,25 @@ struct sim_engine::impl {
   void check_outputs(std::int32_t round, std::int32_t batch, std::int32_t depth,
                      std::int32_t bucket, bool verify, run_report& report);
 
+  // The verify step after the draft steps of a round (sim_verify_round.cpp): trees, the target's
+  // forward with tree attention over the verify metadata, its checks, and the accepted paths
+  // committed. init_verify allocates its buffers (constructor).
+  void init_verify();
+  void verify_round(std::int32_t round, std::int32_t batch, std::int32_t depth, std::int32_t bucket,
+                    bool verify, run_report& report);
+  // Its output checks (sim_verify_tree_check.cpp): each path against the float64 reference over
+  // the tree mask by position, and fa3 against csr; `reference` gets [batch][D][hd].
+  void check_verify_outputs(std::int32_t round, std::int32_t batch, std::int32_t D,
+                            std::int32_t bucket, bool verify, const std::vector<std::uint8_t>& mask,
+                            const std::vector<float>& fa3, const std::vector<float>& csr,
+                            std::vector<double>& reference, run_report& report) const;
+
   // The round's draft slots at their req_to_token positions P(r, t, j) = seq_len + t * ps *
   // nnp + j (docs/csr.md section 1), which the CSR indices read, uploaded per request.
   void write_draft_positions(std::int32_t batch) {
     const std::int32_t ps = opt.page_size, steps = opt.num_steps;
+    // round_cache_loc's rows are slot_stride wide (--slot-stride), not num_steps.
+    const auto stride = static_cast<std::size_t>(rt->plan().config.slot_stride);
     for (std::int32_t r = 0; r < batch; ++r) {
       const std::int64_t row = round_rows[static_cast<std::size_t>(r)];
       const std::int64_t seq = round_seq_len[static_cast<std::size_t>(r)];
@@ -265,7 +287,7 @@ struct sim_engine::impl {
       for (std::int32_t t = 0; t < opt.topk; ++t) {
         for (std::int32_t j = 0; j < steps; ++j) {
           tokens[seq + t * ps * nnp + j] = static_cast<std::int32_t>(
-              round_cache_loc[(static_cast<std::size_t>(r) * opt.topk + t) * steps + j]);
+              round_cache_loc[(static_cast<std::size_t>(r) * opt.topk + t) * stride + j]);
         }
       }
       if (current_round == corrupt_draft_round && r == 0 && steps >= 2) tokens[seq + 1] = tokens[0];

@@ -1,7 +1,11 @@
 #include "tools/sim/sim_kernels.hpp"
+#include "tools/sim/sim_verify_kernels.hpp"
 
 namespace specgraph::sim {
 sim_cuda_launchers sim_cuda() {
   return {nullptr, nullptr, nullptr, nullptr, nullptr};
+}
+sim_verify_cuda_launchers sim_verify_cuda() {
+  return {nullptr, nullptr, nullptr};
 }
 }  // namespace specgraph::sim

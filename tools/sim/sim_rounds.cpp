@@ -53,6 +53,7 @@ void sim_engine::run_round(std::int32_t round, std::int32_t batch, std::int32_t 
     throw;
   }
   end_round();
+  if (o.verify_tokens > 0) m.verify_round(round, batch, depth, bucket, verify, report);
   report.rounds.push_back({batch, bucket, depth, verify});
 }
 
