@@ -93,11 +93,17 @@ std::string verify_capacity_report(std::int32_t max_batch, std::int32_t max_seq_
                   std::to_string(flashinfer_bytes) + " bytes in all; engine mask reservation " +
                   std::to_string(b) + " x " + std::to_string(d) + " x " + std::to_string(m) +
                   " = " + std::to_string(sglang_mask) + " bytes";
-  if (packed > 0) {
-    const std::int64_t tenths = (10 * sglang_mask + packed / 2) / packed;
-    s += " (" + std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) +
-         "x the packed mask)";
-  }
+  auto times = [](std::int64_t num, std::int64_t den) {  // num / den to one decimal, den > 0
+    const std::int64_t tenths = (10 * num + den / 2) / den;
+    return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + "x";
+  };
+  if (packed > 0) s += " (" + times(sglang_mask, packed) + " the packed mask)";
+  // SGLang's FlashInfer verify graphs also size kv_indices as max_num_tokens x max_context_len
+  // int32, max_num_tokens = max_batch x D.
+  const std::int64_t sglang_kv = 4 * b * d * m;
+  s += "; engine kv_indices reservation " + std::to_string(b) + " x " + std::to_string(d) + " x " +
+       std::to_string(m) + " x 4 = " + std::to_string(sglang_kv) + " bytes (" +
+       times(sglang_kv, 4 * kv) + " kv_indices)";
   return s + "\n";
 }
 

@@ -53,11 +53,11 @@ declare -A BUDGET=(
   [python]=50         # pytest: test_torch_cuda.py first (its own JUnit), then the rest
   [torch-example]=30  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each
-  [benchmarks]=50     # the selection in BENCH_RUNS (~66 cuda benchmarks at min_time 0.005 s)
+  [benchmarks]=55     # the selection in BENCH_RUNS (~84 cuda benchmarks at min_time 0.005 s)
   [peer-torch]=15     # bench/peer_torch.py at buckets 1, 64, 256
   [peer-csr]=20       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
                       # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
-  [memcheck]=55       # cuda tests of the binaries that have some, 4 binaries at a time
+  [memcheck]=50       # cuda tests of the binaries that have some, 4 binaries at a time
   [initcheck]=35      # same, initcheck
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
@@ -71,11 +71,14 @@ PROPERTY_CASES=100    # SPECGRAPH_PROPERTY_CASES under compute-sanitizer
 # timing assertions a sanitizer's slowdown breaks. Only binaries listing a test for it run.
 SANITIZER_FILTER='*cuda*:*Cuda*-*TimeDevice*:*StageReturns*'
 # The smoke step's C++ part, binary:gtest filter (the newest CUDA paths: WHILE node, device
-# counter, the WHILE round's iteration limit, the CSR indices kernel and its round operations, and
-# time_device, which the benchmarks rely on). The tests step runs them again with everything else.
+# counter, the WHILE round's iteration limit, the CSR indices kernel and its round operations, the
+# verify metadata kernels and their captured graph, and time_device, which the benchmarks rely
+# on). The tests step runs them again with everything else, at their full case counts.
 SMOKE_CPP=("device_steps_test:Executors/DeviceSteps.*/cuda" "round_limits_test:Executors/RoundLimits.*/cuda"
            "kv_indices_test:Executors/KvIndices.*/cuda" "csr_ops_test:Executors/CsrOps.*/cuda"
+           "verify_test:Executors/VerifyMetadata.*/cuda" "verify_graph_test:Executors/VerifyGraph.*/cuda"
            "executor_test:*TimeDevice*cuda*")
+SMOKE_PROPERTY_CASES=200  # SPECGRAPH_PROPERTY_CASES of the smoke's C++ runs (random-case tests)
 # ... and its torch part: the DraftGraphs device-counter and device-depth tests on the GPU.
 SMOKE_PYTEST=(python/tests/test_torch_cuda.py -k "device_counter or device_decide_the_depth")
 # The benchmarks that answer the run's questions (docs/gpu-check.md), one program
@@ -87,6 +90,7 @@ BENCH_RUNS=(
   "round|bench_graphs|^replay/(round_device_time|stage_and_round)/[a-z_]+/cuda/bucket:(1|64|256)/"
   "throughput|bench_throughput|^draft_step/(graph|eager)/cuda/bucket:(1|64|256)/step:(0|4)/"
   "csr|bench_csr|^csr/cuda/bucket:(8|64|256)/topk:8/ctx:4096/round:(0|1)/"
+  "verify|bench_verify|^verify/cuda/bucket:(1|64|256)/D:(8|64)/page_size:(1|16)/ctx:4096/layout:(0|1)/"
 )
 BENCH_MIN_TIME=0.005
 PEER_TORCH_BUCKETS=1,64,256

@@ -141,7 +141,8 @@ TEST(CliVerify, InvalidInputIsOneLineNamingTheField) {
 // `specgraph plan --verify-tokens D`: the exact verify buffers of the largest bucket against the
 // engines' mask reservation. B 8, M 4096, ps 16, D 64: prefix 8 x 256 and expand 512 x 64 int32
 // tables with their vectors (4 x 36380 bytes); kv_indices 8 x 4160; packed mask 8 x 33280 bytes;
-// SGLang's mask 8 x 64 x 4096 bytes = 7.9x the packed one.
+// SGLang's mask 8 x 64 x 4096 bytes = 7.9x the packed one, its graph kv_indices 8 x 64 x 4096
+// int32 = 63.0x the exact 33280.
 TEST(CliVerify, PlanReportsTheVerifyBuffers) {
   std::ostringstream out, err;
   const int code = plan_command({"--max-batch", "8", "--topk", "8", "--steps", "5", "--page-size",
@@ -151,7 +152,8 @@ TEST(CliVerify, PlanReportsTheVerifyBuffers) {
   EXPECT_NE(out.str().find("verify (D = 64): fa3 prefix table 8 x 256, expand table 512 x 64, "
                            "145520 bytes; flashinfer kv_indices 8 x (4096 + 64) = 33280, packed "
                            "mask 266240 bytes, 399536 bytes in all; engine mask reservation 8 x "
-                           "64 x 4096 = 2097152 bytes (7.9x the packed mask)\n"),
+                           "64 x 4096 = 2097152 bytes (7.9x the packed mask); engine kv_indices "
+                           "reservation 8 x 64 x 4096 x 4 = 8388608 bytes (63.0x kv_indices)\n"),
             std::string::npos)
       << out.str();
   std::ostringstream out2, err2;

@@ -17,6 +17,7 @@ QUESTIONS = [
     ("sanitizers", "memcheck and initcheck"),
     ("while_round", "the WHILE (device-depth) round against per-step replay, same tables"),
     ("csr", "CSR kv_indptr/kv_indices: one step and a whole round against the torch op chain"),
+    ("verify", "verify metadata (FA3 cascade, FlashInfer with packed mask): build time per bucket"),
 ]
 BUCKETS = (1, 64, 256)
 
@@ -199,6 +200,24 @@ def csr(work):
     except (OSError, ValueError, KeyError) as e:
         text += f"; torch op chain: not answered ({why_not(work, 'peer-csr')}; {e})"
     return text
+
+
+def verify(work):
+    runs = bench(work, "verify")
+    parts = []
+    for bucket in BUCKETS:
+        cells = []
+        for d in (8, 64):
+            fa3 = pick(runs, "verify/cuda", bucket=bucket, D=d, page_size=16, ctx=4096, layout=0)
+            fa3_1 = pick(runs, "verify/cuda", bucket=bucket, D=d, page_size=1, ctx=4096, layout=0)
+            fi = pick(runs, "verify/cuda", bucket=bucket, D=d, page_size=1, ctx=4096, layout=1)
+            cells.append(f"D {d} fa3 {fmt(us(fa3))} us (ps 16) / {fmt(us(fa3_1))} us (ps 1), "
+                         f"flashinfer {fmt(us(fi))} us ({fmt(fi['bytes_written'] / 2**20)} MiB "
+                         f"written; buffers {fmt(fi['buffer_bytes'] / 2**20)} MiB vs SGLang's "
+                         f"{fmt((fi['engine_kv_indices_bytes'] + fi['engine_mask_bytes']) / 2**20)}"
+                         " MiB)")
+        parts.append(f"bucket {bucket}: " + ", ".join(cells))
+    return "ctx 4096, device time: " + "; ".join(parts)
 
 
 def main(argv):

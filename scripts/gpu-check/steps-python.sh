@@ -50,7 +50,8 @@ step_smoke() {
     [ "${n:-0}" -gt 0 ] || { why+=("${entry%%:*}: '$filter' selects nothing"); rc=1; }
     [ "$SG_DRY" = 1 ] && continue
     banner "${entry%%:*} --gtest_filter=$filter"
-    REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER timeout -k 2 10 "$bin" --gtest_filter="$filter" \
+    REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER SPECGRAPH_PROPERTY_CASES=$SMOKE_PROPERTY_CASES \
+      timeout -k 2 10 "$bin" --gtest_filter="$filter" \
       --gtest_output="xml:$SG_LOGS/smoke-${entry%%:*}.xml" || { why+=("${entry%%:*} failed"); rc=1; }
     local got
     got=$(junit_counts "$SG_LOGS/smoke-${entry%%:*}.xml" "${entry%%_test*}_")
@@ -83,7 +84,7 @@ PY
   py=$(junit_counts "$SG_LOGS/smoke-pytest.xml" torch_)
   [ "${py#*/}" -gt 0 ] || { why+=("no torch test ran"); rc=1; }
   if [ $rc = 0 ]; then
-    note "C++ WHILE/counter/time_device $cpp/$cpp_total passed; torch device-counter/depth $py passed"
+    note "C++ WHILE/counter/CSR/verify/time_device $cpp/$cpp_total passed; torch device-counter/depth $py passed"
   else
     note "C++ $cpp/$cpp_total, torch $py passed; ${why[*]}"
   fi
