@@ -34,8 +34,15 @@ std::string plan::verify_report_line() const {
   const plan_layout::verify_section& v = layout.verify;
   if (!v.enabled()) return {};
   std::ostringstream s;
+  std::size_t bytes = 0, count = 0;
+  for (const buffer_spec& b : buffers) {
+    if (b.name.rfind("verify.", 0) != 0) continue;
+    bytes += b.bytes;
+    ++count;
+  }
   s << "verify section (D = " << v.draft_tokens << ", bucket " << max_bucket() << ", M "
-    << config.max_context_len << "): " << our_verify_bytes << " bytes in the arena";
+    << config.max_context_len << "): " << bytes << " bytes in " << count << " buffers, "
+    << our_verify_bytes << " with their alignment";
   if (v.fa3) {
     s << "; fa3 prefix table " << max_bucket() << " x " << v.prefix_capacity << ", expand table "
       << static_cast<std::int64_t>(max_bucket()) * v.draft_tokens << " x " << v.draft_tokens;

@@ -139,8 +139,11 @@ TEST(PlanVerify, TheReportShowsTheSectionAgainstTheEnginesMask) {
   // 8 x 64 x 4096 = 2097152 bytes (7.9x).
   EXPECT_EQ(p.layout.verify.packed_mask_capacity, 266240);
   const std::string line = p.verify_report_line();
-  EXPECT_NE(line.find("verify section (D = 64, bucket 8, M 4096): " +
-                      std::to_string(p.our_verify_bytes) + " bytes in the arena"),
+  std::size_t bytes = 0;
+  for (const buffer_spec& b : p.buffers) bytes += b.name.rfind("verify.", 0) == 0 ? b.bytes : 0;
+  EXPECT_NE(line.find("verify section (D = 64, bucket 8, M 4096): " + std::to_string(bytes) +
+                      " bytes in 16 buffers, " + std::to_string(p.our_verify_bytes) +
+                      " with their alignment"),
             std::string::npos)
       << line;
   EXPECT_NE(line.find("fa3 prefix table 8 x 256, expand table 512 x 64; flashinfer kv_indices "
