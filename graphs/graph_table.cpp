@@ -245,6 +245,10 @@ void draft_runtime::write_dot(const std::string& directory) const {
           directory + "/bucket" + std::to_string(c.buckets[bi]) +
           (step == all_steps ? std::string("_round") : "_step" + std::to_string(s)) + ".dot");
     }
+    if (bi < verify_graphs_.size() && verify_graphs_[bi]->captured) {
+      verify_graphs_[bi]->captured->write_dot(directory + "/bucket" +
+                                              std::to_string(c.buckets[bi]) + "_verify.dot");
+    }
   }
 }
 

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +85,23 @@ TEST_P(RuntimeVerify, GraphsFollowEveryRoundAndEqualEagerAndTheReference) {
   EXPECT_EQ(forwarded, (std::vector<std::int32_t>{6, 4, 2}));  // largest first
   for (std::size_t i = 0; i < report.per_graph.size(); ++i) {
     EXPECT_EQ(report.per_graph[i].step == verify_graph_step, i >= 6u) << i;
+  }
+  {  // one DOT file per verify graph, beside the draft ones
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("specgraph_verify_dot_" + std::to_string(seed));
+    std::filesystem::create_directories(dir);
+    rt.write_dot(dir.string());
+    for (const std::int32_t bucket : cfg.buckets) {
+      const auto path = dir / ("bucket" + std::to_string(bucket) + "_verify.dot");
+      std::ifstream in(path);
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      EXPECT_NE(text.find("digraph"), std::string::npos) << path;
+      if (GetParam() == "host") {
+        EXPECT_NE(text.find("verify"), std::string::npos) << path;
+      }
+    }
+    std::filesystem::remove_all(dir);
   }
   for (int n = 0; n < property_cases(120); ++n) {
     const std::int32_t real = static_cast<std::int32_t>(rng() % 7);  // 0: an idle rank

@@ -228,7 +228,8 @@ class draft_runtime {
   const std::uint8_t* verify_mask() const noexcept;
   std::int64_t verify_mask_capacity() const noexcept;
 
-  // Writes one Graphviz file per captured graph into `directory` (bucket<B>_step<s>.dot).
+  // Writes one Graphviz file per captured graph into `directory` (bucket<B>_step<s>.dot,
+  // bucket<B>_round.dot, bucket<B>_verify.dot).
   void write_dot(const std::string& directory) const;
 
  private:
