@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -192,6 +193,55 @@ TEST_P(VerifyOps, TheEnginesBuffersAreWrittenInPlace) {
     std::memcpy(want.data() + g, got.data() + g, sizeof(guard_word) * verify_guard_count);
     expect_same_arena(p, got, want);
     if (HasFatalFailure()) return;
+  }
+}
+
+// The real batch read on the device: a word outside [0, bucket] (a corrupted or unstaged
+// arena) is clamped into the range, the launch stays inside its buffers, and guard 0 records it
+// (row -1, column -2, capacity the bucket, value the word).
+TEST_P(VerifyOps, ADeviceRealBatchOutsideTheBucketIsClampedAndRecorded) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int n = 0; n < property_cases(40); ++n) {
+    draft_config cfg = verify_config(rng);
+    const plan p = make_plan(cfg);
+    device_buffer arena(*ex, p.total_bytes);
+    const draft_buffers b(p, arena.data());
+    const std::int32_t bucket = cfg.buckets[rng() % 3];
+    const bool high = rng() % 2 == 0;  // above the bucket: every request real; below 0: none
+    verify_case c = plan_verify_case(p, bucket, high ? bucket : 0, rng);
+    dvec<std::int32_t> rtt(*ex, c.req_to_token);
+    dvec<std::uint8_t> mask(*ex, c.mask);
+    stage(*ex, b, c, bucket);
+    if (HasFatalFailure()) return;
+    const std::int32_t word = high ? bucket + 1 + static_cast<std::int32_t>(rng() % 1000)
+                                   : -1 - static_cast<std::int32_t>(rng() % 1000);
+    dvec<std::int32_t> real(*ex, std::vector<std::int32_t>{word});
+    const std::vector<unsigned char> before = download(*ex, b);
+    verify_inputs in;
+    in.tables.req_to_token = rtt.data();
+    in.tables.req_to_token_stride = c.width;
+    in.custom_mask = mask.data();
+    in.mask_cells = static_cast<std::int64_t>(c.mask.size());
+    in.real_batch = real.data();
+    verify_metadata(*ex, b, bucket, in);
+    ex->synchronize();
+    const std::vector<unsigned char> got = download(*ex, b);
+    verify_expected w = verify_reference(c);
+    SCOPED_TRACE("bucket " + std::to_string(bucket) + " word " + std::to_string(word));
+    expect_same_arena(p, got, expected_arena(p, c, w, before, got));
+    guard_word g{};
+    std::memcpy(&g,
+                got.data() + p.layout.guards +
+                    static_cast<std::size_t>(p.layout.verify.guard_base) * sizeof(guard_word),
+                sizeof g);
+    ASSERT_EQ(g.violations, 1 + static_cast<std::int32_t>(w.records[0].size()));
+    ASSERT_EQ(static_cast<violation_kind>(g.kind), violation_kind::bad_input);
+    ASSERT_EQ(g.row, -1);
+    ASSERT_EQ(g.column, -2);
+    ASSERT_EQ(g.capacity, bucket);
+    ASSERT_EQ(g.value, word);
   }
 }
 
