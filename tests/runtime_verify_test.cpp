@@ -67,7 +67,6 @@ TEST_P(RuntimeVerify, GraphsFollowEveryRoundAndEqualEagerAndTheReference) {
   dvec<std::int32_t> rtt(*ex, static_cast<std::size_t>(cfg.pool_rows * W), 0);
   draft_runtime rt(*ex, cfg, {rtt.data(), W});
   const plan& p = rt.plan();
-  const plan_layout::verify_section& s = p.layout.verify;
   // The forward copies the kv_indptr and the expand cache_seqlen it sees into its own buffer:
   // in the graph it must run after the metadata of the same replay.
   const std::size_t seen_cells = (p.max_bucket() + 1) + p.max_bucket() * D;
@@ -150,7 +149,6 @@ TEST_P(RuntimeVerify, GraphsFollowEveryRoundAndEqualEagerAndTheReference) {
       if (HasFatalFailure()) return;
     }
   }
-  (void)s;
 }
 
 TEST_P(RuntimeVerify, StageVerifyRefusesBadInputsByNameWithNothingWritten) {

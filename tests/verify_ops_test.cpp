@@ -183,7 +183,6 @@ TEST_P(VerifyOps, TheEnginesBuffersAreWrittenInPlace) {
                        kvi.download(), last.download(), mp.download(), pp.download(),
                        packed.download(), guards});
     // The arena's section is not written: only the scratch and the section's guard words.
-    const verify_expected none{};
     std::vector<unsigned char> want = before;
     const plan_layout::verify_section& s = p.layout.verify;
     std::memcpy(want.data() + s.scratch, got.data() + s.scratch,
@@ -268,9 +267,6 @@ TEST_P(VerifyOps, BadInputsAreRefusedByNameWithNothingWritten) {
   dvec<std::int32_t> small(*ex, 8, verify_poison);
   verify_engine_outputs partial;
   partial.prefix_page_table = small.data();
-  verify_engine_outputs short_kv;
-  std::int32_t* all[] = {small.data()};
-  (void)all;
   auto full = [&](verify_engine_outputs o) {
     std::int32_t* x = small.data();
     o.prefix_page_table = o.prefix_cache_seqlen = o.prefix_cu_seqlens_q = o.prefix_cu_seqlens_k =
