@@ -78,7 +78,8 @@ struct verify_inputs {
   const std::uint8_t* custom_mask = nullptr;
   std::int64_t mask_cells = 0;  // [0, 2^62]
   bool mask_length_exact = false;
-  // Null: the arena's verify section (b.verify(bucket)); else the engine's buffers.
+  // Null: the arena's verify section (b.verify(bucket)); else the engine's buffers. The
+  // section's scratch and guard words are used either way (a plan with verify_tokens > 0).
   const verify_engine_outputs* outputs = nullptr;
 };
 
