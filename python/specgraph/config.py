@@ -71,7 +71,7 @@ class DraftConfig:
     # Slots per out_cache_loc branch row ([bs][topk][slot_stride]), >= num_steps; 0 (default):
     # num_steps, filled in on construction. SGLang: num_steps = S - 1, slot_stride = S.
     slot_stride: int = 0
-    # D, the draft-tree tokens the target verifies per request (docs/verify.md section 10):
+    # D, the draft-tree tokens the target verifies per request (docs/verify.md section 12):
     # 0 (default) = no verify section; else the plan's arena also holds the verify metadata of
     # the largest bucket (specgraph.verify_arena.verify_arena_ writes it).
     verify_tokens: int = 0

@@ -1,4 +1,4 @@
-"""The verify metadata into the plan's own arena (docs/verify.md section 10).
+"""The verify metadata into the plan's own arena (docs/verify.md section 12).
 
 DraftConfig(verify_tokens=D) gives the plan a verify section: the FA3 cascade tables (formats
 "fa3"/"both") and FlashInfer's indptrs, kv_indices and packed mask ("csr"/"both") of the largest
