@@ -58,6 +58,14 @@ std::string plan::verify_report_line() const {
       << static_cast<double>(engine_verify_mask_bytes) / static_cast<double>(v.packed_mask_capacity)
       << "x the packed mask)";
   }
+  if (v.flashinfer && v.kv_indices_capacity > 0) {
+    s << "; engine kv_indices reservation " << config.max_batch << " x " << v.draft_tokens << " x "
+      << config.max_context_len << " x 4 = " << engine_verify_kv_indices_bytes << " bytes ("
+      << std::fixed << std::setprecision(1)
+      << static_cast<double>(engine_verify_kv_indices_bytes) /
+             static_cast<double>(4 * v.kv_indices_capacity)
+      << "x kv_indices)";
+  }
   s << '\n';
   return s.str();
 }
@@ -145,8 +153,9 @@ std::string plan::report_json() const {
       << ",\"prefix_capacity\":" << v.prefix_capacity
       << ",\"kv_indices_capacity\":" << v.kv_indices_capacity
       << ",\"packed_mask_capacity\":" << v.packed_mask_capacity << ",\"bytes\":" << our_verify_bytes
-      << ",\"engine_mask_bytes\":" << engine_verify_mask_bytes << ",\"guard_base\":" << v.guard_base
-      << '}';
+      << ",\"engine_mask_bytes\":" << engine_verify_mask_bytes
+      << ",\"engine_kv_indices_bytes\":" << engine_verify_kv_indices_bytes
+      << ",\"guard_base\":" << v.guard_base << '}';
   }
   s << '}';
   return s.str();

@@ -79,6 +79,7 @@ void add_verify_section(arena_builder& a, plan& p, std::int32_t guard_base) {
   // SGLang's verify mask buffer: one byte per cell, max_bs * D * max_context_len.
   p.engine_verify_mask_bytes = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(d) *
                                static_cast<std::size_t>(c.max_context_len);
+  p.engine_verify_kv_indices_bytes = 4 * p.engine_verify_mask_bytes;
 }
 
 }  // namespace specgraph::detail

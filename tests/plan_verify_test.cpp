@@ -120,6 +120,7 @@ TEST(PlanVerify, EveryVerifyBufferHasTheFormulasSize) {
       ASSERT_EQ(p.buffers[i].offset, q.buffers[i].offset) << q.buffers[i].name;
     }
     ASSERT_EQ(p.engine_verify_mask_bytes, static_cast<std::size_t>(c.max_batch * D * M));
+    ASSERT_EQ(p.engine_verify_kv_indices_bytes, static_cast<std::size_t>(c.max_batch * D * M * 4));
   }
 }
 
@@ -146,17 +147,20 @@ TEST(PlanVerify, TheReportShowsTheSectionAgainstTheEnginesMask) {
                       " with their alignment"),
             std::string::npos)
       << line;
-  EXPECT_NE(line.find("fa3 prefix table 8 x 256, expand table 512 x 64; flashinfer kv_indices "
-                      "33280, packed mask 266240 bytes; engine mask reservation 8 x 64 x 4096 = "
-                      "2097152 bytes (7.9x the packed mask)"),
-            std::string::npos)
+  EXPECT_NE(
+      line.find("fa3 prefix table 8 x 256, expand table 512 x 64; flashinfer kv_indices "
+                "33280, packed mask 266240 bytes; engine mask reservation 8 x 64 x 4096 = "
+                "2097152 bytes (7.9x the packed mask); engine kv_indices reservation 8 x 64 x "
+                "4096 x 4 = 8388608 bytes (63.0x kv_indices)"),
+      std::string::npos)
       << line;
   EXPECT_NE(p.report_text().find(line), std::string::npos);
   EXPECT_NE(
       p.report_json().find("\"verify\":{\"draft_tokens\":64,\"fa3\":true,\"flashinfer\":"
                            "true,\"prefix_capacity\":256,\"kv_indices_capacity\":33280,"
                            "\"packed_mask_capacity\":266240,\"bytes\":" +
-                           std::to_string(p.our_verify_bytes) + ",\"engine_mask_bytes\":2097152"),
+                           std::to_string(p.our_verify_bytes) +
+                           ",\"engine_mask_bytes\":2097152,\"engine_kv_indices_bytes\":8388608"),
       std::string::npos)
       << p.report_json();
   c.verify_tokens = 0;

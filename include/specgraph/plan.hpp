@@ -245,6 +245,8 @@ struct plan {
   // verify forward: max_batch * D * max_context_len bytes, one byte per cell (SGLang).
   std::size_t our_verify_bytes = 0;
   std::size_t engine_verify_mask_bytes = 0;
+  // SGLang's FlashInfer verify kv_indices: max_num_tokens (max_batch * D) x max_context_len int32.
+  std::size_t engine_verify_kv_indices_bytes = 0;
 
   std::int32_t max_bucket() const { return config.buckets.back(); }
   std::int32_t max_rows() const { return max_bucket() * config.topk; }
