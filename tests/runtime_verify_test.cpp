@@ -255,6 +255,39 @@ TEST_P(RuntimeVerify, WithoutAVerifyForwardOrSectionTheDraftGraphsAreUnchanged) 
   EXPECT_EQ(without.capture().graphs, 3 * cfg.num_steps);
 }
 
+// Checked mode: a slot the kernels refuse (stage_verify checks pool rows and lengths on the host;
+// the slots live in req_to_token, read on the device) raises guard_violation from
+// replay_verify, naming the verify site, the bucket and the request.
+TEST_P(RuntimeVerify, CheckedModeNamesABadSlotAfterTheReplay) {
+  std::mt19937_64 rng(3);
+  draft_config cfg = runtime_verify_config();
+  cfg.checked = true;
+  const std::int64_t W = M + D;
+  dvec<std::int32_t> rtt(*ex, static_cast<std::size_t>(cfg.pool_rows * W), 0);
+  draft_runtime rt(*ex, cfg, {rtt.data(), W});
+  rt.set_verify_forward([](const verify_view&) {});
+  (void)rt.capture();
+  verify_case c = plan_verify_case(rt.plan(), 4, 3, rng);
+  ex->copy_to_device(rtt.data(), c.req_to_token.data(), c.req_to_token.size() * 4);
+  rt.stage_verify(inputs_of(c));
+  rt.replay_verify();  // clean
+  // Request 1's last verify token on a slot past the KV pool.
+  std::vector<std::int32_t> bad = c.req_to_token;
+  bad[static_cast<std::size_t>(c.req_pool_index[1] * W + c.seq_len[1] + D - 1)] =
+      static_cast<std::int32_t>(cfg.kv_slots);
+  ex->copy_to_device(rtt.data(), bad.data(), bad.size() * 4);
+  rt.stage_verify(inputs_of(c));
+  try {
+    rt.replay_verify();
+    ADD_FAILURE() << "a slot past kv_slots passed checked mode";
+  } catch (const guard_violation& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("verify: verify (input, prefix.page_table) (all steps, bucket 4, row 1)"),
+              std::string::npos)
+        << what;
+  }
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(RuntimeVerify);
 
 }  // namespace
