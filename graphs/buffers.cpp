@@ -6,6 +6,7 @@
 
 #include "device/checks.hpp"
 #include "specgraph/error.hpp"
+#include "specgraph/verify_metadata.hpp"
 
 namespace specgraph {
 
@@ -39,6 +40,52 @@ draft_buffers::draft_buffers(const specgraph::plan& p, void* base)
   SPECGRAPH_EXPECTS(address % arena_alignment == 0, "arena",
                     "base address is not " + std::to_string(arena_alignment) +
                         "-byte aligned (offset " + std::to_string(address % arena_alignment) + ")");
+}
+
+verify_view draft_buffers::verify(std::int32_t bucket) const {
+  const plan_layout::verify_section& l = layout().verify;
+  SPECGRAPH_EXPECTS(l.enabled(), "verify_tokens",
+                    "0: this plan has no verify section (set draft_config::verify_tokens to the "
+                    "tree size D)");
+  if (bucket == 0) bucket = plan_->max_bucket();
+  SPECGRAPH_EXPECTS(plan_->has_bucket(bucket), "bucket",
+                    std::to_string(bucket) + " is not one of the planned buckets");
+  const draft_config& c = plan_->config;
+  verify_view v;
+  v.bucket = bucket;
+  v.draft_tokens = l.draft_tokens;
+  v.page_size = c.page_size;
+  v.max_seq_len = c.max_context_len;
+  v.real_batch = real_batch();
+  v.req_pool_index = req_pool_index();
+  v.seq_len = seq_len();
+  auto i32 = [&](std::size_t offset) { return at<std::int32_t>(offset); };
+  if (l.fa3) {
+    v.prefix_page_table = i32(l.prefix_page_table);
+    v.prefix_stride = l.prefix_capacity;
+    v.prefix_capacity = l.prefix_capacity;
+    v.prefix_cache_seqlen = i32(l.prefix_cache_seqlen);
+    v.prefix_cu_seqlens_q = i32(l.prefix_cu_seqlens_q);
+    v.prefix_cu_seqlens_k = i32(l.prefix_cu_seqlens_k);
+    v.expand_page_table = i32(l.expand_page_table);
+    v.expand_cache_seqlen = i32(l.expand_cache_seqlen);
+    v.expand_cu_seqlens_q = i32(l.expand_cu_seqlens_q);
+    v.expand_cu_seqlens_k = i32(l.expand_cu_seqlens_k);
+  }
+  if (l.flashinfer) {
+    v.qo_indptr = i32(l.qo_indptr);
+    v.kv_indptr = i32(l.kv_indptr);
+    v.kv_indices = i32(l.kv_indices);
+    v.kv_indices_capacity = verify_kv_indices_capacity(bucket, c.max_context_len, l.draft_tokens);
+    v.kv_last_page_len = i32(l.kv_last_page_len);
+    v.mask_indptr = i32(l.mask_indptr);
+    v.packed_mask = at<std::uint8_t>(l.packed_mask);
+    v.packed_mask_capacity = verify_packed_mask_capacity(bucket, c.max_context_len, l.draft_tokens);
+    v.packed_mask_indptr = i32(l.packed_mask_indptr);
+  }
+  v.scratch = at<std::int64_t>(l.scratch);
+  v.guard = guards() + l.guard_base;
+  return v;
 }
 
 std::int32_t* draft_buffers::expand_page_table(std::int32_t step) const {

@@ -108,7 +108,8 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
   // the last step never runs on its own, so only the steps shorter rounds replay get a graph.
   const std::int32_t step_graphs = c.device_steps ? 1 : c.num_steps - (c.round_graphs ? 1 : 0);
   const std::int32_t per_bucket = step_graphs + (c.round_graphs || c.device_depth ? 1 : 0);
-  const int total = static_cast<int>(c.buckets.size()) * per_bucket;
+  const bool verify = plan_->layout.verify.enabled() && static_cast<bool>(verify_forward_);
+  const int total = static_cast<int>(c.buckets.size()) * (per_bucket + (verify ? 1 : 0));
   for (std::size_t bi = c.buckets.size(); bi-- > 0;) {
     const std::int32_t bucket = c.buckets[bi];
     for (std::int32_t i = 0; i < per_bucket; ++i) {
@@ -141,6 +142,7 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
       if (progress) progress(report.graphs, total);
     }
   }
+  if (verify) capture_verify_graphs(report, progress, total);
   report.total_seconds = seconds_since(start);
   captured_ = true;
   return report;
@@ -242,6 +244,10 @@ void draft_runtime::write_dot(const std::string& directory) const {
       g.captured->write_dot(
           directory + "/bucket" + std::to_string(c.buckets[bi]) +
           (step == all_steps ? std::string("_round") : "_step" + std::to_string(s)) + ".dot");
+    }
+    if (bi < verify_graphs_.size() && verify_graphs_[bi]->captured) {
+      verify_graphs_[bi]->captured->write_dot(directory + "/bucket" +
+                                              std::to_string(c.buckets[bi]) + "_verify.dot");
     }
   }
 }

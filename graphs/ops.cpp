@@ -15,6 +15,7 @@
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/metadata.hpp"
+#include "specgraph/verify_metadata.hpp"
 
 namespace specgraph {
 namespace {
@@ -286,6 +287,12 @@ guard_site guard_site_of(const plan& p, std::int32_t index) {
   }
   if (!l.csr_kv_indices.empty() && index >= l.guard_csr(0) && index < l.guard_csr(l.num_steps)) {
     return {"csr.kv_indices", index - l.guard_csr(0)};
+  }
+  if (l.verify.enabled() && index >= l.verify.guard_base &&
+      index < l.verify.guard_base + verify_guard_count) {
+    const char* sites[verify_guard_count] = {"verify (input, prefix.page_table)",
+                                             "verify.kv_indices", "verify.packed_mask"};
+    return {sites[index - l.verify.guard_base], all_steps};
   }
   const char* kinds[sparse_stage_kinds] = {"intra", "succ", "inter"};
   const std::int32_t k = index - l.guard_sparse(0);

@@ -5,56 +5,26 @@
 #include <string>
 
 #include "device/checks.hpp"
+#include "graphs/plan_parts.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/guard.hpp"
+#include "specgraph/verify_metadata.hpp"
 
 namespace specgraph {
 namespace {
 
+using detail::align_up;
+using detail::arena_builder;
 using detail::at_least;
 using detail::between;
 using detail::indexed;
-
-std::size_t align_up(std::size_t x, std::size_t a) {
-  return (x + a - 1) / a * a;
-}
-
-// Appends buffers in arena order, keeping the named list (reports) and returning each offset
-// (the typed layout). Sizes are int64 products of validated fields: each factor is bounded by
-// limits.hpp, so no product here exceeds 2^51 and the running offset stays far inside int64.
-class arena_builder {
- public:
-  explicit arena_builder(std::vector<buffer_spec>& out) : out_(&out) {}
-  std::size_t add(std::string name, std::int32_t step, std::vector<std::int64_t> shape, dtype t,
-                  std::size_t alignment = arena_alignment) {
-    offset_ = align_up(offset_, alignment);
-    buffer_spec b;
-    b.alignment = alignment;
-    b.name = std::move(name);
-    b.step = step;
-    b.shape = std::move(shape);
-    b.type = t;
-    b.capacity = b.shape.back();
-    std::int64_t elements = 1;
-    for (const std::int64_t d : b.shape) elements *= d;
-    b.bytes = static_cast<std::size_t>(elements) * size_of(t);
-    b.offset = offset_;
-    offset_ += b.bytes;
-    out_->push_back(std::move(b));
-    return out_->back().offset;
-  }
-  std::size_t end() const { return offset_; }
-
- private:
-  std::vector<buffer_spec>* out_;
-  std::size_t offset_ = 0;
-};
 
 // The config field whose value sizes a buffer, for the arena-limit error.
 const char* sizing_field(const std::string& buffer) {
   if (buffer == "prefix.page_table" || buffer == "csr.kv_indices") return "max_context_len";
   if (buffer.rfind("sparse.", 0) == 0) return "sparse";
   if (buffer == "input.out_cache_loc") return "slot_stride";
+  if (buffer.rfind("verify.", 0) == 0) return "verify_tokens";
   return "max_batch";
 }
 
@@ -93,6 +63,7 @@ const char* to_string(dtype t) noexcept {
     case dtype::int64: return "int64";
     case dtype::float32: return "float32";
     case dtype::guard: return "guard_word";
+    case dtype::uint8: return "uint8";
   }
   return "?";
 }
@@ -103,6 +74,7 @@ std::size_t size_of(dtype t) noexcept {
     case dtype::int64: return 8;
     case dtype::float32: return 4;
     case dtype::guard: return sizeof(guard_word);
+    case dtype::uint8: return 1;
   }
   return 0;
 }
@@ -180,6 +152,7 @@ void validate(const draft_config& c) {
               "the limit");
     }
   }
+  detail::validate_verify(c);
 }
 
 plan make_plan(const draft_config& config) {
@@ -312,6 +285,10 @@ plan make_plan(const draft_config& config) {
   }
   l.guard_csr_base = 2 + c.num_steps + (c.sparse ? sparse_stage_kinds : 0);
   l.guard_count = l.guard_csr_base + (csr ? c.num_steps : 0);
+  if (c.verify_tokens > 0) {
+    detail::add_verify_section(a, p, l.guard_count);
+    l.guard_count += verify_guard_count;
+  }
   l.guards = a.add("guards", all_steps, {l.guard_count}, dtype::guard);
   p.total_bytes = align_up(a.end(), arena_alignment);
 

@@ -30,6 +30,46 @@ std::string plan::csr_report_line() const {
   return s.str();
 }
 
+std::string plan::verify_report_line() const {
+  const plan_layout::verify_section& v = layout.verify;
+  if (!v.enabled()) return {};
+  std::ostringstream s;
+  std::size_t bytes = 0, count = 0;
+  for (const buffer_spec& b : buffers) {
+    if (b.name.rfind("verify.", 0) != 0) continue;
+    bytes += b.bytes;
+    ++count;
+  }
+  s << "verify section (D = " << v.draft_tokens << ", bucket " << max_bucket() << ", M "
+    << config.max_context_len << "): " << bytes << " bytes in " << count << " buffers, "
+    << our_verify_bytes << " with their alignment";
+  if (v.fa3) {
+    s << "; fa3 prefix table " << max_bucket() << " x " << v.prefix_capacity << ", expand table "
+      << static_cast<std::int64_t>(max_bucket()) * v.draft_tokens << " x " << v.draft_tokens;
+  }
+  if (v.flashinfer) {
+    s << "; flashinfer kv_indices " << v.kv_indices_capacity << ", packed mask "
+      << v.packed_mask_capacity << " bytes";
+  }
+  s << "; engine mask reservation " << config.max_batch << " x " << v.draft_tokens << " x "
+    << config.max_context_len << " = " << engine_verify_mask_bytes << " bytes";
+  if (v.flashinfer && v.packed_mask_capacity > 0) {
+    s << " (" << std::fixed << std::setprecision(1)
+      << static_cast<double>(engine_verify_mask_bytes) / static_cast<double>(v.packed_mask_capacity)
+      << "x the packed mask)";
+  }
+  if (v.flashinfer && v.kv_indices_capacity > 0) {
+    s << "; engine kv_indices reservation " << config.max_batch << " x " << v.draft_tokens << " x "
+      << config.max_context_len << " x 4 = " << engine_verify_kv_indices_bytes << " bytes ("
+      << std::fixed << std::setprecision(1)
+      << static_cast<double>(engine_verify_kv_indices_bytes) /
+             static_cast<double>(4 * v.kv_indices_capacity)
+      << "x kv_indices)";
+  }
+  s << '\n';
+  return s.str();
+}
+
 std::string plan::report_text() const {
   std::ostringstream s;
   s << std::left << std::setw(28) << "buffer" << std::setw(6) << "step" << std::setw(18) << "shape"
@@ -58,8 +98,9 @@ std::string plan::report_text() const {
     << device_steps_expand_bytes
     << " bytes device-steps (this plan: " << (config.device_steps ? "device-steps" : "per-step")
     << ")\n"
-    << csr_report_line() << "total: " << total_bytes << " bytes vs " << today.total_bytes
-    << " bytes today (" << std::fixed << std::setprecision(2) << ratio << "x)\n";
+    << csr_report_line() << verify_report_line() << "total: " << total_bytes << " bytes vs "
+    << today.total_bytes << " bytes today (" << std::fixed << std::setprecision(2) << ratio
+    << "x)\n";
   return s.str();
 }
 
@@ -103,6 +144,18 @@ std::string plan::report_json() const {
       << ",\"today_kv_indices_bytes\":" << today.csr_indices_bytes << ",\"ratio\":"
       << static_cast<double>(today.csr_indices_bytes) / static_cast<double>(our_csr_indices_bytes)
       << '}';
+  }
+  const plan_layout::verify_section& v = layout.verify;
+  if (v.enabled()) {
+    s << ",\"verify\":{\"draft_tokens\":" << v.draft_tokens
+      << ",\"fa3\":" << (v.fa3 ? "true" : "false")
+      << ",\"flashinfer\":" << (v.flashinfer ? "true" : "false")
+      << ",\"prefix_capacity\":" << v.prefix_capacity
+      << ",\"kv_indices_capacity\":" << v.kv_indices_capacity
+      << ",\"packed_mask_capacity\":" << v.packed_mask_capacity << ",\"bytes\":" << our_verify_bytes
+      << ",\"engine_mask_bytes\":" << engine_verify_mask_bytes
+      << ",\"engine_kv_indices_bytes\":" << engine_verify_kv_indices_bytes
+      << ",\"guard_base\":" << v.guard_base << '}';
   }
   s << '}';
   return s.str();

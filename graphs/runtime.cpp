@@ -62,6 +62,16 @@ void draft_runtime::init(void* caller_arena) {
     }
     ex_->synchronize();
   }
+  if (plan_->layout.verify.enabled()) {
+    // The engine's tree mask of a verify round is copied here (stage_verify): B * D * (M + D)
+    // cells, the most a round of the largest bucket at seq_len <= M has.
+    verify_mask_ =
+        device_buffer(*ex_, static_cast<std::size_t>(verify_mask_cells_capacity(
+                                plan_->max_bucket(), c.max_context_len, c.verify_tokens)));
+    ex_->fill_bytes(verify_mask_.data(), 0, verify_mask_.size());
+    verify_graphs_.resize(c.buckets.size());
+    for (auto& g : verify_graphs_) g = std::make_unique<graph_slot>();
+  }
   forwards_.resize(static_cast<std::size_t>(c.num_steps));
   graphs_.resize(c.buckets.size() * static_cast<std::size_t>(c.num_steps + 1));
   for (auto& g : graphs_) g = std::make_unique<graph_slot>();
@@ -127,6 +137,7 @@ void draft_runtime::set_staged(std::int32_t batch, std::int32_t bucket) {
       std::lower_bound(buckets.begin(), buckets.end(), bucket) - buckets.begin());
   batch_ = batch;
   next_step_ = 0;
+  verify_bucket_ = 0;  // the staged requests changed: a verify round needs stage_verify again
 }
 
 namespace {

@@ -60,6 +60,13 @@ SPECGRAPH_HD std::int64_t verify_block_cells(const verify_params& p, std::int64_
   return static_cast<std::int64_t>(p.draft_tokens) * (seq_len + p.draft_tokens);
 }
 
+// The real batch: the launch scalar, or the device word clamped into [0, batch].
+SPECGRAPH_HD std::int32_t verify_real_batch(const verify_params& p) {
+  if (p.real_batch_at == nullptr) return p.real_batch;
+  const std::int32_t v = *p.real_batch_at;
+  return v < 0 ? 0 : (v > p.batch ? p.batch : v);
+}
+
 // The request's view, or false when a scalar is out of range (pool row, seq_len, row width).
 SPECGRAPH_HD bool verify_request_of(const verify_params& p, std::int32_t r, verify_request* out) {
   const std::int32_t pool_row = p.req_pool_index[r];
@@ -68,7 +75,7 @@ SPECGRAPH_HD bool verify_request_of(const verify_params& p, std::int32_t r, veri
   if (!verify_seq_len_in_range(p, seq_len)) return false;
   out->entries = p.req_to_token + static_cast<std::int64_t>(pool_row) * p.req_to_token_stride;
   out->seq_len = seq_len;
-  out->padded = r >= p.real_batch;
+  out->padded = r >= verify_real_batch(p);
   return static_cast<std::int64_t>(seq_len) + p.draft_tokens <= p.req_to_token_stride;
 }
 
@@ -138,15 +145,19 @@ struct verify_scan_kernel {
     const verify_scratch s = verify_scratch_of(p);
     // The formula's mask length over the real requests (a seq_len out of range adds nothing:
     // that request is refused already). int64: up to real_batch * D * (2^31 + D).
+    const std::int32_t real = verify_real_batch(p);
+    if (p.real_batch_at != nullptr && real != *p.real_batch_at) {
+      guard_record(p.guard, violation_kind::bad_input, id, -1, -2, p.batch, *p.real_batch_at);
+    }
     std::int64_t needed = 0;
-    for (std::int32_t r = 0; r < p.real_batch; ++r) {
+    for (std::int32_t r = 0; r < real; ++r) {
       if (verify_seq_len_in_range(p, p.seq_len[r])) needed += verify_block_cells(p, p.seq_len[r]);
     }
     const bool fits = p.mask_length_exact ? needed == p.mask_cells : needed <= p.mask_cells;
     if (!fits) {
       guard_record(p.guard, violation_kind::bad_input, id, -1, -1, verify_clamp32(p.mask_cells),
                    needed);
-      for (std::int32_t r = 0; r < p.real_batch; ++r) s.refused[r] = 1;
+      for (std::int32_t r = 0; r < real; ++r) s.refused[r] = 1;
     }
     std::int64_t keys = 0, kv = 0, mask = 0, packed = 0;
     for (std::int32_t r = 0; r < p.batch; ++r) {
@@ -155,7 +166,7 @@ struct verify_scan_kernel {
       s.mask_offset[r] = mask;
       s.packed_start[r] = packed;
       const std::int64_t seq_len = p.seq_len[r];
-      if (r < p.real_batch && verify_seq_len_in_range(p, p.seq_len[r])) {
+      if (r < real && verify_seq_len_in_range(p, p.seq_len[r])) {
         mask += verify_block_cells(p, seq_len);
       }
       if (s.refused[r] != 0) continue;

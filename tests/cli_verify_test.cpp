@@ -162,5 +162,41 @@ TEST(CliVerify, PlanReportsTheVerifyBuffers) {
       << err2.str();
 }
 
+// With --verify-tokens the plan itself holds the verify section: its buffers in the table, its
+// object in the JSON, and a configuration whose mask cannot be indexed in int32 refused as the
+// flag.
+TEST(CliVerify, PlanHoldsTheVerifySection) {
+  const std::vector<std::string> args = {
+      "--max-batch",   "4",   "--topk",    "2",    "--steps",         "2", "--page-size", "16",
+      "--max-context", "256", "--formats", "both", "--verify-tokens", "8"};
+  std::ostringstream out, err;
+  ASSERT_EQ(plan_command(args, out, err), 0) << err.str();
+  EXPECT_NE(out.str().find("verify.packed_mask          all   [1056]            uint8"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("verify section (D = 8, bucket 4, M 256): 7776 bytes in 16 buffers"),
+            std::string::npos)
+      << out.str();
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  std::ostringstream json, err2;
+  ASSERT_EQ(plan_command(json_args, json, err2), 0) << err2.str();
+  EXPECT_NE(json.str().find("\"verify\":{\"draft_tokens\":8,\"fa3\":true,\"flashinfer\":true,"
+                            "\"prefix_capacity\":16,\"kv_indices_capacity\":1056,"
+                            "\"packed_mask_capacity\":1056,\"bytes\":10400,"
+                            "\"engine_mask_bytes\":8192"),
+            std::string::npos)
+      << json.str();
+  std::ostringstream out3, err3;
+  EXPECT_EQ(
+      plan_command({"--max-batch", "256", "--max-context", "1048576", "--verify-tokens", "1024"},
+                   out3, err3),
+      2);
+  EXPECT_NE(err3.str().find("--verify-tokens: 1024: max_batch 256 x D x (max_context_len 1048576 "
+                            "+ D) = "),
+            std::string::npos)
+      << err3.str();
+}
+
 }  // namespace
 }  // namespace specgraph::tools

@@ -26,8 +26,8 @@ constexpr const char* plan_usage =
     "  --buckets 1,2,4,...   (default: the common list up to --max-batch)\n"
     "  --formats fa3|csr|both  the draft-decode metadata held (default fa3; docs/csr.md)\n"
     "  --csr-int64           CSR kv_indices as int64 (Triton) instead of int32 (FlashInfer)\n"
-    "  --verify-tokens D     the target-verify buffers of D-token trees (docs/verify.md; table "
-    "only)\n"
+    "  --verify-tokens D     the plan's verify section for D-token trees, and the verify line\n"
+    "                        against the engines' mask (docs/verify.md)\n"
     "  --json [FILE]         the plan as JSON instead of a table: to stdout, or written to FILE\n"
     "                        (as run --json FILE; --json - or a following flag: stdout)\n"
     "defaults: --max-batch 256 --topk 8 --steps 5 --page-size 16 --max-context 4096\n";
@@ -55,14 +55,14 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
   bool json = false;
   std::string json_path;                      // empty: stdout
   std::optional<std::int32_t> pool_rows;      // absent: the default, max_batch + 1
-  std::optional<std::int32_t> verify_tokens;  // --verify-tokens: the verify line (table only)
+  std::optional<std::int32_t> verify_tokens;  // --verify-tokens: the verify section and line
   // draft_config field names, for errors raised by validate(): reported as the flag.
   const std::pair<const char*, const char*> flag_of[] = {
       {"max_batch", "--max-batch"}, {"topk", "--topk"},
       {"num_steps", "--steps"},     {"slot_stride", "--slot-stride"},
       {"page_size", "--page-size"}, {"max_context_len", "--max-context"},
       {"pool_rows", "--pool-rows"}, {"kv_slots", "--kv-slots"},
-      {"buckets", "--buckets"}};
+      {"buckets", "--buckets"},     {"verify_tokens", "--verify-tokens"}};
   try {
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::string& flag = args[i];
@@ -140,6 +140,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
     c.pool_rows = pool_rows ? *pool_rows
                             : static_cast<std::int32_t>(std::min<std::int64_t>(
                                   static_cast<std::int64_t>(c.max_batch) + 1, 1LL << 30));
+    if (verify_tokens) c.verify_tokens = *verify_tokens;
     const plan p = make_plan(c);
     if (!json_path.empty()) {
       std::ofstream file(json_path);

@@ -80,6 +80,12 @@ struct draft_config {
   // num_steps = S - 1, slot_stride = S. Step s reads only the first s + 1 slots of a row; the
   // slot_stride - num_steps extra slots are copied with the row but never read (docs/engines.md).
   std::int32_t slot_stride = 0;
+  // D, the draft-tree tokens the target verifies per request (docs/verify.md), in
+  // [0, max_draft_tokens]: 0 = no verify section; otherwise the arena also holds the verify
+  // metadata of the largest bucket at seq_len up to max_context_len (M), exactly sized: the FA3
+  // cascade tables with FA3 (formats fa3 or both), FlashInfer's indptrs, kv_indices and packed
+  // mask with CSR (csr or both), their scratch and three guard words (plan_layout::verify).
+  std::int32_t verify_tokens = 0;
 };
 
 // The common speculative-decoding bucket list: 1..8, 10..32 step 2, 40..64 step 4, 72..256
@@ -91,7 +97,7 @@ std::vector<std::int32_t> default_buckets(std::int32_t max_batch);
 // its value and the limit.
 void validate(const draft_config& c);
 
-enum class dtype { int32, int64, float32, guard };
+enum class dtype { int32, int64, float32, guard, uint8 };
 const char* to_string(dtype t) noexcept;
 std::size_t size_of(dtype t) noexcept;
 
@@ -172,6 +178,33 @@ struct plan_layout {
   std::int32_t guard_csr_base = 0;  // guard_csr(s) = guard_csr_base + s
   std::int32_t guard_csr(std::int32_t step) const { return guard_csr_base + step; }
   bool has_fa3 = true;
+  // The verify section (config.verify_tokens > 0; docs/verify.md "Plan and graphs"): byte
+  // offsets of the target-verify metadata of the largest bucket B at seq_len <= M =
+  // max_context_len, each exactly the size a full bucket at seq_len = M fills. FA3 (has_fa3):
+  // prefix page_table int32[B][prefix_capacity], cache_seqlen [B], cu_seqlens_q/k [B + 1],
+  // expand page_table int32[B * D][D], cache_seqlen [B * D], cu_seqlens_q/k [B * D + 1].
+  // FlashInfer (CSR): qo/kv/mask/packed indptrs int32[B + 1], kv_indices int32[B * (M + D)],
+  // kv_last_page_len [B], packed mask uint8[B * ceil(D * (M + D) / 8)]. Offsets of a layout the
+  // plan does not hold are 0. Guard words guard_base .. guard_base + verify_guard_count - 1
+  // (bad input and the prefix table, kv_indices, the packed mask).
+  struct verify_section {
+    std::int32_t draft_tokens = 0;     // D; 0: no section (everything below is 0)
+    std::int32_t prefix_capacity = 0;  // ceil(M / page_size), also the prefix row stride
+    std::int64_t kv_indices_capacity = 0;
+    std::int64_t packed_mask_capacity = 0;  // bytes
+    std::int64_t scratch_words = 0;         // verify_scratch_words(B, D), int64
+    std::size_t prefix_page_table = 0, prefix_cache_seqlen = 0, prefix_cu_seqlens_q = 0,
+                prefix_cu_seqlens_k = 0;
+    std::size_t expand_page_table = 0, expand_cache_seqlen = 0, expand_cu_seqlens_q = 0,
+                expand_cu_seqlens_k = 0;
+    std::size_t qo_indptr = 0, kv_indptr = 0, kv_indices = 0, kv_last_page_len = 0, mask_indptr = 0,
+                packed_mask = 0, packed_mask_indptr = 0;
+    std::size_t scratch = 0;
+    std::size_t begin = 0, end = 0;  // the section's bytes: [begin, end)
+    std::int32_t guard_base = 0;
+    bool fa3 = false, flashinfer = false;
+    bool enabled() const { return draft_tokens > 0; }
+  } verify;
   // Guard words: one per launch site (see the guard_* indices below).
   std::size_t guards = 0;
   std::int32_t guard_count = 0;
@@ -208,6 +241,12 @@ struct plan {
   // The expand tables and cache_seqlens in each mode, whatever this plan's mode (reports).
   std::size_t per_step_expand_bytes = 0;
   std::size_t device_steps_expand_bytes = 0;
+  // The verify section's bytes (0 without it), and the custom mask engines reserve for the same
+  // verify forward: max_batch * D * max_context_len bytes, one byte per cell (SGLang).
+  std::size_t our_verify_bytes = 0;
+  std::size_t engine_verify_mask_bytes = 0;
+  // SGLang's FlashInfer verify kv_indices: max_num_tokens (max_batch * D) x max_context_len int32.
+  std::size_t engine_verify_kv_indices_bytes = 0;
 
   std::int32_t max_bucket() const { return config.buckets.back(); }
   std::int32_t max_rows() const { return max_bucket() * config.topk; }
@@ -228,6 +267,9 @@ struct plan {
   std::string report_text() const;  // a table: buffer, step, shape, dtype, capacity, offset, bytes
   std::string report_json() const;
   std::string csr_report_line() const;  // report_text's CSR line
+  // report_text's verify line (empty without a verify section): the section's buffers and bytes
+  // against the engines' mask reservation.
+  std::string verify_report_line() const;
 };
 
 // Validates and plans. Throws invalid_argument naming the field when the configuration is out of

@@ -34,12 +34,16 @@
 #include "specgraph/metadata.hpp"
 #include "specgraph/ops.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/verify_ops.hpp"
 
 namespace specgraph {
 
+// graph_timing::step and capture_failed::step of a verify graph (one per bucket).
+inline constexpr std::int32_t verify_graph_step = -2;
+
 struct graph_timing {
   std::int32_t bucket = 0;
-  std::int32_t step = 0;  // all_steps for a whole-round graph
+  std::int32_t step = 0;  // all_steps for a whole-round graph, verify_graph_step for verify
   std::size_t nodes = 0;
   double capture_seconds = 0;
   double instantiate_seconds = 0;  // instantiate or update
@@ -50,6 +54,7 @@ struct capture_report {
   std::int32_t graphs = 0;
   std::int32_t instantiated = 0;
   std::int32_t updated = 0;
+  std::int32_t verify_graphs = 0;  // of `graphs`: the verify graphs (one per bucket)
   double total_seconds = 0;
   std::vector<graph_timing> per_graph;  // in capture order (largest bucket first)
 };
@@ -76,6 +81,19 @@ class capture_failed : public error {
 struct round_events {
   device_event wait_for = nullptr;
   device_event done = nullptr;
+};
+
+// One verify round's inputs in host memory (draft_runtime::stage_verify): the requests whose
+// draft trees the target verifies, and the engine's tree mask of the real ones.
+struct verify_round_inputs {
+  std::int32_t batch = 0;      // real requests, 0..max_batch (0: an idle rank, all padding)
+  index_array req_pool_index;  // [batch], int32 or int64, in [0, pool_rows)
+  index_array seq_len;         // [batch], without the D verify tokens, in [1, max_context_len]
+  // The engine's mask, one byte per cell, its full layout (docs/verify.md section 1):
+  // exactly sum(D * (seq_len + D)) cells over the real requests (mask_cells must equal it).
+  const std::uint8_t* custom_mask = nullptr;
+  std::int64_t mask_cells = 0;
+  std::int32_t bucket = 0;  // as round_inputs::bucket: 0 = the smallest bucket >= batch
 };
 
 class draft_runtime {
@@ -118,6 +136,8 @@ class draft_runtime {
   // the existing graph execs in place where the topology allows. Synchronous host work; throws
   // capture_failed naming (bucket, step) when the forward throws or does something capture
   // forbids, leaving the runtime usable. `progress(done, total)` is called after each graph.
+  // With a verify section and a verify forward set, also one verify graph per bucket (largest
+  // first, after the draft graphs; capture_failed with step verify_graph_step).
   capture_report capture(const std::function<void(int, int)>& progress = {});
   bool captured() const noexcept { return captured_; }
   // Captures graph(bucket, step) and returns it without instantiating; step = all_steps
@@ -176,7 +196,40 @@ class draft_runtime {
   // The view a forward gets for graph(bucket, step), with ex and stream set.
   step_view view(std::int32_t bucket, std::int32_t step) const;
 
-  // Writes one Graphviz file per captured graph into `directory` (bucket<B>_step<s>.dot).
+  // ---- target verify (config.verify_tokens = D > 0; docs/verify.md "Plan and graphs") ----
+  using verify_forward_fn = std::function<void(const verify_view&)>;
+  // The target's verify forward, reading the view's metadata (the plan's formats) and queries;
+  // called during capture() (and run_verify_eager()) once per bucket, with the executor
+  // capturing; it must enqueue on v.ex / v.stream only. Once set, capture() also captures one
+  // verify graph per bucket: verify_metadata (verify_ops.hpp) over the runtime's mask buffer,
+  // then this forward. Throws invalid_argument ("verify_tokens") without a verify section.
+  void set_verify_forward(verify_forward_fn f);
+  // Copies a verify round's host inputs into the staged requests of the smallest bucket >= batch
+  // (or in.bucket), padded (seq_len 1, pool row 0: no mask cells, every cell attended), and the
+  // mask into the runtime's mask buffer (verify_mask_cells_capacity(B, M, D) bytes, allocated at
+  // construction). Validates everything first and throws invalid_argument naming the field
+  // ("batch", "bucket", "req_pool_index[i]", "seq_len[i]", "custom_mask": its length against
+  // the formula, a seq_len that already counts D named) before anything is written. It
+  // overwrites the staged requests of the draft round: finish that round's steps first (draft
+  // replay then needs stage() again). Stream-ordered copies (copy_to_device: may block the host
+  // until the stream reaches them); no allocation. Not during capture.
+  void stage_verify(const verify_round_inputs& in);
+  std::int32_t staged_verify_bucket() const noexcept { return verify_bucket_; }
+  // Launches the staged bucket's verify graph. Never allocates or synchronises, except in
+  // checked mode (then synchronises, reads the guard words and throws guard_violation).
+  void replay_verify();
+  // The same work without a graph (graph-vs-eager comparisons, debugging).
+  void run_verify_eager();
+  // Captures the verify graph of `bucket` without instantiating it (inspection, benchmarks).
+  [[nodiscard]] std::unique_ptr<graph> capture_verify_graph(std::int32_t bucket);
+  // The view the verify forward gets for `bucket`, with ex and stream set.
+  verify_view verify_view_of(std::int32_t bucket) const;
+  // The runtime's mask buffer (executor memory) and its size in cells (0 without verify).
+  const std::uint8_t* verify_mask() const noexcept;
+  std::int64_t verify_mask_capacity() const noexcept;
+
+  // Writes one Graphviz file per captured graph into `directory` (bucket<B>_step<s>.dot,
+  // bucket<B>_round.dot, bucket<B>_verify.dot).
   void write_dot(const std::string& directory) const;
 
  private:
@@ -192,6 +245,10 @@ class draft_runtime {
   void guarding_cuda(F&& body);
   void set_staged(std::int32_t batch, std::int32_t bucket);
   void fill_staging_slot(staging_slot& s, const round_inputs& in, std::int32_t bucket) const;
+  void record_verify_body(std::int32_t bucket);
+  void capture_verify_graphs(capture_report& report, const std::function<void(int, int)>& progress,
+                             int total);
+  verify_inputs verify_inputs_of() const;
 
   executor* ex_;
   std::unique_ptr<const specgraph::plan> plan_;  // stable address: buffers_ points at it
@@ -210,6 +267,12 @@ class draft_runtime {
   std::int32_t batch_ = 0;
   std::int32_t next_step_ = 0;
   std::string failure_;  // set after a CUDA error: no more work
+  verify_forward_fn verify_forward_;
+  device_buffer verify_mask_;                               // empty without verify
+  std::vector<std::unique_ptr<graph_slot>> verify_graphs_;  // [bucket index]
+  bool verify_captured_ = false;
+  std::int32_t verify_bucket_ = 0;
+  std::int32_t verify_bucket_index_ = -1;
   std::vector<const void*> nvtx_capture_, nvtx_replay_;
   const void* nvtx_stage_ = nullptr;
   const void* nvtx_round_ = nullptr;

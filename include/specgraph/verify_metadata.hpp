@@ -37,8 +37,14 @@ struct verify_params {
                                           // in [1, max_seq_len]
   std::int32_t batch = 0;                 // bs (the bucket when padded), [1, limits::max_batch]
   std::int32_t real_batch = 0;            // [1, batch]: requests r >= real_batch are padding
-  std::int32_t draft_tokens = 0;          // D, [1, max_draft_tokens]; batch * D <= max_rows
-  std::int32_t page_size = 0;             // ps of the FA3 prefix table, [1, max_page_size]
+  // Optional, executor memory [1]: when set, the kernels read the real batch here at run time
+  // and real_batch above is ignored past validation (set it to batch): one graph per bucket then
+  // serves every real batch (the plan's staged real batch, verify_ops.hpp). A value outside
+  // [0, batch] is clamped into it and recorded as bad_input in guard[0] (row -1, column -2,
+  // capacity batch, value the word).
+  const std::int32_t* real_batch_at = nullptr;
+  std::int32_t draft_tokens = 0;  // D, [1, max_draft_tokens]; batch * D <= max_rows
+  std::int32_t page_size = 0;     // ps of the FA3 prefix table, [1, max_page_size]
   // M, the largest admissible seq_len, [1, limits::max_context_len]: sizes the launch;
   // batch * D * (M + D) must fit int32 (mask_indptr is int32).
   std::int32_t max_seq_len = 0;

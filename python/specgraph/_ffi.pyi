@@ -18,8 +18,9 @@ def make_plan(max_batch: int, topk: int, num_steps: int, page_size: int, max_con
               pool_rows: int, kv_slots: int, buckets: Sequence[int], checked: bool,
               round_graphs: bool, device_steps: bool, device_depth: bool, sparse_heads: int,
               vertical_size: Sequence[int], slash_size: Sequence[int],
-              sparse_max_keys: int, formats: int, csr_int64: bool, slot_stride: int) -> Plan:
-    """formats: 0 fa3, 1 csr, 2 both; slot_stride 0: num_steps."""
+              sparse_max_keys: int, formats: int, csr_int64: bool, slot_stride: int,
+              verify_tokens: int) -> Plan:
+    """formats: 0 fa3, 1 csr, 2 both; slot_stride 0: num_steps; verify_tokens 0: none."""
 def default_buckets(max_batch: int) -> List[int]: ...
 def bucket_for(plan: Plan, batch: int) -> int: ...
 def round_bucket(plan: Plan, batch: int, bucket: int) -> int: ...
@@ -117,3 +118,5 @@ def verify_metadata(req_to_token: Tensor, req_pool_index: Tensor, seq_len: Tenso
 def verify_capacities(batch: int, max_seq_len: int, draft_tokens: int,
                       page_size: int) -> List[int]:
     """[prefix columns, kv_indices, packed mask bytes, mask cells, scratch words]."""
+def verify_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any, custom_mask: Any,
+                 mask_cells: int, mask_exact: bool) -> None: ...

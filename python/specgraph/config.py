@@ -71,10 +71,14 @@ class DraftConfig:
     # Slots per out_cache_loc branch row ([bs][topk][slot_stride]), >= num_steps; 0 (default):
     # num_steps, filled in on construction. SGLang: num_steps = S - 1, slot_stride = S.
     slot_stride: int = 0
+    # D, the draft-tree tokens the target verifies per request (docs/verify.md section 12):
+    # 0 (default) = no verify section; else the plan's arena also holds the verify metadata of
+    # the largest bucket (specgraph.verify_arena.verify_arena_ writes it).
+    verify_tokens: int = 0
 
     def __post_init__(self) -> None:
         for f in ("max_batch", "topk", "num_steps", "page_size", "max_context_len", "pool_rows",
-                  "kv_slots", "slot_stride"):
+                  "kv_slots", "slot_stride", "verify_tokens"):
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "buckets", _ints("buckets", self.buckets))
         for f in ("checked", "round_graphs", "device_steps", "device_depth", "csr_int64"):
@@ -103,7 +107,7 @@ class DraftConfig:
             self.device_steps, self.device_depth, s.heads if s else 0,
             list(s.vertical_size) if s else [], list(s.slash_size) if s else [],
             s.max_keys if s else 0, FORMATS.index(self.formats), self.csr_int64,
-            self.slot_stride)
+            self.slot_stride, self.verify_tokens)
 
     @property
     def has_csr(self) -> bool:

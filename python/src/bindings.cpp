@@ -39,7 +39,8 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
                    bool round_graphs, bool device_steps, bool device_depth,
                    std::int64_t sparse_heads, ffi::Array<std::int64_t> vertical_size,
                    ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys,
-                   std::int64_t formats, bool csr_int64, std::int64_t slot_stride) {
+                   std::int64_t formats, bool csr_int64, std::int64_t slot_stride,
+                   std::int64_t verify_tokens) {
   draft_config c;
   c.max_batch = int32_arg("max_batch", max_batch);
   c.topk = int32_arg("topk", topk);
@@ -57,6 +58,7 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
   // Its range is validate()'s (the name, the value and the last format).
   c.formats = static_cast<metadata_formats>(int32_arg("formats", formats));
   c.csr_int64 = csr_int64;
+  c.verify_tokens = int32_arg("verify_tokens", verify_tokens);  // 0: no verify section
   if (sparse_heads != 0) {
     sparse_config s;
     s.heads = int32_arg("sparse.heads", sparse_heads);
