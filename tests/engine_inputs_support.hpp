@@ -5,6 +5,7 @@
 // 0, seq_len 1, slots 0) past the real batch, and optionally its real_batch word.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
