@@ -27,6 +27,7 @@ from .config import DraftConfig, SparseConfig, default_buckets
 from .csr import (CsrOutputs, bind_csr_outputs, csr_indices_device_, csr_round_indices_,
                   csr_step_indices_)
 from .errors import CaptureFailed, CudaError, GuardViolation, InvalidArgument, SpecgraphError
+from .inputs import BoundInputs, begin_round_, bind_inputs
 from .ops import (GuardWord, RoundGraph, SparseStage, advance_step_, check_guards,
                   continue_condition_host, count_violations_, initialize_, read_guards,
                   round_graph, round_setup_, sparse_stage_, sparse_stages, stage_,
@@ -72,4 +73,5 @@ __all__ = [
     "csr_step_indices_", "csr_round_indices_", "csr_indices_device_", "VerifyCapacity",
     "VerifyFa3", "VerifyFlashInfer", "VerifyOutputs", "verify_capacities", "verify_metadata_",
     "verify_outputs", "verify_violations",
+    "BoundInputs", "bind_inputs", "begin_round_",
 ]

@@ -3,7 +3,7 @@
 # with __dlpack__ (numpy arrays, torch tensors, tvm_ffi.Tensor); a torch CUDA tensor among the
 # arguments makes torch's current stream the stream of the call. The public API (specgraph.*)
 # wraps these; call them directly only to skip its checks and dispatch.
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import tvm_ffi
 
@@ -120,3 +120,27 @@ def verify_capacities(batch: int, max_seq_len: int, draft_tokens: int,
     """[prefix columns, kv_indices, packed mask bytes, mask cells, scratch words]."""
 def verify_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any, custom_mask: Any,
                  mask_cells: int, mask_exact: bool) -> None: ...
+
+# ---- inputs read in place (inputs.cpp, round_graph.cpp): the engine's static tensors ------------
+# pool, seq: int32/int64 [>= max bucket], any stride; slots: int64/int32 [>= max bucket, topk,
+# >= num_steps], any strides; real_batch: int32 [1] or None. Each op checks them as inputs_check.
+def inputs_check(bufs: Buffers, pool: Tensor, seq: Tensor, slots: Tensor,
+                 real_batch: Optional[Tensor]) -> None:
+    """Host checks only: InvalidArgument naming the tensor, its dtype, shape and strides."""
+def begin_round(bufs: Buffers, arena: Tensor, max_depth: int, min_confidence: float) -> None: ...
+def round_setup_in(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor, pool: Tensor,
+                   seq: Tensor, slots: Tensor, real_batch: Optional[Tensor]) -> None: ...
+def step_metadata_in(bufs: Buffers, arena: Tensor, bucket: int, step: int, pool: Tensor,
+                     seq: Tensor, slots: Tensor, real_batch: Optional[Tensor]) -> None: ...
+def step_metadata_device_in(bufs: Buffers, arena: Tensor, bucket: int, pool: Tensor, seq: Tensor,
+                            slots: Tensor, real_batch: Optional[Tensor]) -> None: ...
+def csr_in(bufs: Buffers, arena: Tensor, kind: int, bucket: int, step: int, req_to_token: Tensor,
+           pool: Tensor, seq: Tensor, slots: Tensor, real_batch: Optional[Tensor],
+           kv_indptr: Optional[Tensor], kv_indices: Optional[Tensor]) -> None:
+    """kind 0: one step, 1: the round, 2: the device counter's step; into the arena, or into
+    kv_indptr / kv_indices when both are given."""
+def round_graph_in(bufs: Buffers, arena: Tensor, bucket: int, cuda_graph: int, pool: Tensor,
+                   seq: Tensor, slots: Tensor, real_batch: Optional[Tensor]) -> RoundGraph: ...
+def continue_condition_host_in(bufs: Buffers, arena: Tensor, bucket: int, flag: Tensor,
+                               pool: Tensor, seq: Tensor, slots: Tensor,
+                               real_batch: Optional[Tensor]) -> None: ...
