@@ -64,7 +64,7 @@ expand_setup make_expand(executor& ex, std::int32_t bucket, std::int32_t topk, s
   p.capacity = s.d + 1;
   p.cache_seqlen = s.seqlen.as<std::int32_t>();
   p.guard = s.guard.as<guard_word>();
-  s.multi = {p.cache_loc,
+  s.multi = {s.cache_loc.as<std::int64_t>(),
              steps,
              p.last_page_len,
              topk,

@@ -105,6 +105,7 @@ void cuda_executor::copy_to_device(void* dst, const void* src, std::size_t bytes
   forbid_during_capture("copy_to_device (a copy from host memory)");
   SPECGRAPH_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   ++counters_.copies_to_device;
+  counters_.bytes_to_device += static_cast<std::int64_t>(bytes);
 }
 
 void cuda_executor::copy_from_pinned(void* dst, const void* pinned_src, std::size_t bytes) {
@@ -112,6 +113,7 @@ void cuda_executor::copy_from_pinned(void* dst, const void* pinned_src, std::siz
   forbid_during_capture("copy_from_pinned (a copy from host memory)");
   SPECGRAPH_CUDA_TRY(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream_));
   ++counters_.copies_to_device;
+  counters_.bytes_to_device += static_cast<std::int64_t>(bytes);
 }
 
 void cuda_executor::copy_on_device(void* dst, const void* src, std::size_t bytes) {

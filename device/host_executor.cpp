@@ -71,6 +71,7 @@ class host_executor final : public executor {
     // capture, so the emulation does too.
     forbid_during_capture("copy_to_device (a copy from host memory)");
     ++counters_.copies_to_device;
+    counters_.bytes_to_device += static_cast<std::int64_t>(bytes);
     host_node n;
     n.type = host_node::kind::copy;
     n.dst = dst;
@@ -83,6 +84,7 @@ class host_executor final : public executor {
   void copy_from_pinned(void* dst, const void* pinned_src, std::size_t bytes) override {
     forbid_during_capture("copy_from_pinned (a copy from host memory)");
     ++counters_.copies_to_device;
+    counters_.bytes_to_device += static_cast<std::int64_t>(bytes);
     host_node n;
     n.type = host_node::kind::copy;
     n.dst = dst;

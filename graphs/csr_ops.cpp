@@ -5,6 +5,8 @@
 #include <string>
 
 #include "device/checks.hpp"
+#include "graphs/input_reads.hpp"
+#include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/kv_indices.hpp"
@@ -22,7 +24,8 @@ void check_csr_plan(const plan& p, std::int32_t bucket) {
 
 // The launch over steps [first, first + count) of `bucket`; outputs set by the caller.
 kv_indices_params csr_params(const draft_buffers& b, std::int32_t bucket, std::int32_t first,
-                             std::int32_t count, const engine_tables& tables) {
+                             std::int32_t count, const engine_tables& tables,
+                             const detail::round_reads& in) {
   const plan& p = b.plan();
   const draft_config& c = p.config;
   check_csr_plan(p, bucket);
@@ -32,8 +35,8 @@ kv_indices_params csr_params(const draft_buffers& b, std::int32_t bucket, std::i
   k.req_to_token = tables.req_to_token;
   k.req_to_token_stride = req_to_token_stride(c, tables);
   k.pool_rows = c.pool_rows;
-  k.req_pool_index = b.req_pool_index();
-  k.seq_len = b.seq_len();
+  k.req_pool_index = in.req_pool_index;
+  k.seq_len = in.seq_len;
   k.batch = bucket;
   k.topk = c.topk;
   k.num_steps = c.num_steps;
@@ -88,14 +91,18 @@ void check_csr_outputs(const plan& p, const csr_outputs& out) {
                         " needed (step s holds max_rows * (max_context_len + s + 1))");
 }
 
-void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-                      const engine_tables& tables) {
-  launch_into_arena(ex, b, csr_params(b, bucket, step, 1, tables));
+namespace {
+
+using detail::round_reads;
+
+void step_into_arena(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+                     const engine_tables& tables, const round_reads& in) {
+  launch_into_arena(ex, b, csr_params(b, bucket, step, 1, tables, in));
 }
 
-void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-                      const engine_tables& tables, const csr_outputs& out) {
-  kv_indices_params k = csr_params(b, bucket, step, 1, tables);
+void step_into(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+               const engine_tables& tables, const csr_outputs& out, const round_reads& in) {
+  kv_indices_params k = csr_params(b, bucket, step, 1, tables, in);
   check_csr_outputs(b.plan(), out);
   k.kv_indptr = out.kv_indptr + step * out.kv_indptr_stride;
   k.kv_indptr_stride = out.kv_indptr_stride;
@@ -107,17 +114,17 @@ void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
   launch_draft_kv_indices(ex, k);
 }
 
-void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                       const engine_tables& tables) {
+void round_into_arena(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                      const engine_tables& tables, const round_reads& in) {
   // The arena's steps are separate, aligned buffers: one launch per step.
   for (std::int32_t s = 0; s < b.plan().config.num_steps; ++s) {
-    csr_step_indices(ex, b, bucket, s, tables);
+    step_into_arena(ex, b, bucket, s, tables, in);
   }
 }
 
-void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                       const engine_tables& tables, const csr_outputs& out) {
-  kv_indices_params k = csr_params(b, bucket, 0, b.plan().config.num_steps, tables);
+void round_into(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                const engine_tables& tables, const csr_outputs& out, const round_reads& in) {
+  kv_indices_params k = csr_params(b, bucket, 0, b.plan().config.num_steps, tables, in);
   check_csr_outputs(b.plan(), out);
   k.kv_indptr = out.kv_indptr;
   k.kv_indptr_stride = out.kv_indptr_stride;
@@ -130,23 +137,19 @@ void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket
   launch_draft_kv_indices(ex, k);
 }
 
-namespace {
-
 // The whole round's launch (steps 0 .. num_steps - 1) computing only the counter's step.
 kv_indices_params device_step_params(const draft_buffers& b, std::int32_t bucket,
-                                     const engine_tables& tables) {
+                                     const engine_tables& tables, const round_reads& in) {
   SPECGRAPH_EXPECTS(b.plan().config.device_steps, "device_steps",
                     "false: the plan has a CSR buffer per step (use csr_step_indices)");
-  kv_indices_params k = csr_params(b, bucket, 0, b.plan().config.num_steps, tables);
+  kv_indices_params k = csr_params(b, bucket, 0, b.plan().config.num_steps, tables, in);
   k.device_step = b.device_step();
   return k;
 }
 
-}  // namespace
-
-void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                const engine_tables& tables) {
-  kv_indices_params k = device_step_params(b, bucket, tables);
+void device_into_arena(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                       const engine_tables& tables, const round_reads& in) {
+  kv_indices_params k = device_step_params(b, bucket, tables, in);
   const plan& p = b.plan();
   k.kv_indptr = b.csr_kv_indptr();
   k.kv_indptr_stride = p.max_rows() + 1;
@@ -160,9 +163,9 @@ void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32
   launch_draft_kv_indices(ex, k);
 }
 
-void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                const engine_tables& tables, const csr_outputs& out) {
-  kv_indices_params k = device_step_params(b, bucket, tables);
+void device_into(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                 const engine_tables& tables, const csr_outputs& out, const round_reads& in) {
+  kv_indices_params k = device_step_params(b, bucket, tables, in);
   check_csr_outputs(b.plan(), out);
   k.kv_indptr = out.kv_indptr;
   k.kv_indptr_stride = out.kv_indptr_stride;
@@ -173,6 +176,62 @@ void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32
     k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices);
   }
   launch_draft_kv_indices(ex, k);
+}
+
+}  // namespace
+
+// The staged inputs (ops.hpp's round) and the engine's read in place (engine_inputs.hpp).
+void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+                      const engine_tables& tables) {
+  step_into_arena(ex, b, bucket, step, tables, detail::staged_reads(b));
+}
+void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+                      const engine_tables& tables, const csr_outputs& out) {
+  step_into(ex, b, bucket, step, tables, out, detail::staged_reads(b));
+}
+void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                       const engine_tables& tables) {
+  round_into_arena(ex, b, bucket, tables, detail::staged_reads(b));
+}
+void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                       const engine_tables& tables, const csr_outputs& out) {
+  round_into(ex, b, bucket, tables, out, detail::staged_reads(b));
+}
+void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                const engine_tables& tables) {
+  device_into_arena(ex, b, bucket, tables, detail::staged_reads(b));
+}
+void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                const engine_tables& tables, const csr_outputs& out) {
+  device_into(ex, b, bucket, tables, out, detail::staged_reads(b));
+}
+
+void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+                      const engine_tables& tables, const engine_inputs& in) {
+  step_into_arena(ex, b, bucket, step, tables, detail::engine_reads(b.plan(), in));
+}
+void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+                      const engine_tables& tables, const csr_outputs& out,
+                      const engine_inputs& in) {
+  step_into(ex, b, bucket, step, tables, out, detail::engine_reads(b.plan(), in));
+}
+void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                       const engine_tables& tables, const engine_inputs& in) {
+  round_into_arena(ex, b, bucket, tables, detail::engine_reads(b.plan(), in));
+}
+void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                       const engine_tables& tables, const csr_outputs& out,
+                       const engine_inputs& in) {
+  round_into(ex, b, bucket, tables, out, detail::engine_reads(b.plan(), in));
+}
+void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                const engine_tables& tables, const engine_inputs& in) {
+  device_into_arena(ex, b, bucket, tables, detail::engine_reads(b.plan(), in));
+}
+void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                const engine_tables& tables, const csr_outputs& out,
+                                const engine_inputs& in) {
+  device_into(ex, b, bucket, tables, out, detail::engine_reads(b.plan(), in));
 }
 
 }  // namespace specgraph

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/checks.hpp"
+#include "graphs/input_reads.hpp"
 #include "kernels/builtin_kernels.hpp"
 #include "kernels/guard_ops.hpp"
 #include "kernels/round_control.hpp"
@@ -95,26 +96,61 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   ex.fill_bytes(k.guard, 0, sizeof(guard_word));
   ex.launch(
       make_kernel_launch<kernels::stage_inputs_kernel>(k, bucket, kernels::cuda_stage_inputs()));
+  // The static inputs written (pool rows, lengths, slot rows, the five control words): the
+  // per-round copy inputs read in place (engine_inputs.hpp) avoid.
+  ex.count_input_bytes_staged(
+      static_cast<std::int64_t>(bucket) *
+          (2 * sizeof(std::int32_t) + k.slots_per_request * sizeof(std::int64_t)) +
+      5 * sizeof(std::int32_t));
   if (in.done != nullptr) ex.record_event(in.done);
   return bucket;
 }
 
+namespace detail {
+
+round_reads staged_reads(const draft_buffers& b) {
+  const draft_config& c = b.plan().config;
+  round_reads r;
+  r.req_pool_index = b.req_pool_index();
+  r.seq_len = b.seq_len();
+  r.cache_loc = b.out_cache_loc();
+  r.cache_loc_branch_stride = c.slot_stride;  // packed rows, slot_stride apart
+  r.real_batch = b.real_batch();
+  return r;
+}
+
+}  // namespace detail
+
 void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
                  const engine_tables& tables) {
+  detail::setup_round_from(ex, b, bucket, tables, detail::staged_reads(b));
+}
+
+void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step) {
+  detail::step_metadata_from(ex, b, bucket, step, detail::staged_reads(b));
+}
+
+void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket) {
+  detail::step_metadata_device_from(ex, b, bucket, detail::staged_reads(b));
+}
+
+void detail::setup_round_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                              const engine_tables& tables, const round_reads& in) {
   const plan& pl = b.plan();
   const draft_config& c = pl.config;
   check_bucket(pl, bucket);
   detail::not_null("req_to_token", tables.req_to_token);
-  // Every guard but the staging one, which the round's staging reset and may have set. With a
-  // device step counter the reset is a kernel that runs only at step 0.
-  const std::int32_t words = pl.layout.guard_count - plan_layout::guard_prefix;
+  // Every guard but the staging one, which the round's staging reset and may have set (inputs
+  // read in place: nothing stages, and that word is reset too). With a device step counter the
+  // reset is a kernel that runs only at step 0.
+  const std::int32_t first = in.staged ? plan_layout::guard_prefix : plan_layout::guard_stage;
+  const std::int32_t words = pl.layout.guard_count - first;
   if (c.device_steps) {
-    kernels::reset_guards_kernel::params r{b.guards() + plan_layout::guard_prefix, b.device_step()};
+    kernels::reset_guards_kernel::params r{b.guards() + first, b.device_step()};
     ex.launch(
         make_kernel_launch<kernels::reset_guards_kernel>(r, words, kernels::cuda_reset_guards()));
   } else {
-    ex.fill_bytes(b.guards() + plan_layout::guard_prefix, 0,
-                  static_cast<std::size_t>(words) * sizeof(guard_word));
+    ex.fill_bytes(b.guards() + first, 0, static_cast<std::size_t>(words) * sizeof(guard_word));
   }
   if (!pl.layout.has_fa3) return;  // csr-only: no FA3 prefix table to write
   prefix_params p;
@@ -122,8 +158,8 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
   p.req_to_token_stride = req_to_token_stride(c, tables);
   p.max_seq_len = c.max_context_len;
   p.pool_rows = c.pool_rows;
-  p.req_pool_index = b.req_pool_index();
-  p.seq_len = b.seq_len();
+  p.req_pool_index = in.req_pool_index;
+  p.seq_len = in.seq_len;
   p.batch = bucket;
   p.topk = c.topk;
   p.page_size = c.page_size;
@@ -143,15 +179,17 @@ void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
   launch_prefix_metadata(ex, p);
 }
 
-void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step) {
+void detail::step_metadata_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                std::int32_t step, const round_reads& in) {
   const plan& pl = b.plan();
   const draft_config& c = pl.config;
   check_bucket(pl, bucket);
   detail::in_range("step", step, 0, c.num_steps, "num_steps");
   expand_params e;
-  e.cache_loc = b.out_cache_loc();
-  // Rows slot_stride apart; step s reads only the first s + 1 slots of each.
-  e.cache_loc_stride = c.slot_stride;
+  // Branch rows cache_loc_stride apart; step s reads only the first s + 1 slots of each.
+  e.cache_loc = in.cache_loc;
+  e.cache_loc_stride = in.cache_loc_branch_stride;
+  e.cache_loc_request_stride = in.cache_loc_request_stride;
   e.slots_read = step + 1;  // slice-before-scatter: only the first d slots of each row
   e.decode_length = step + 1;
   e.last_page_len = b.last_page_len();
@@ -164,18 +202,22 @@ void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, st
   e.cache_seqlen = b.expand_cache_seqlen(step);
   e.guard = b.guards() + plan_layout::guard_expand(step);
   e.slot_limit = c.kv_slots;
-  e.layout_check_batch = c.checked ? b.real_batch() : nullptr;
+  // Only real rows are layout-checked: without a real batch (inputs read in place, none bound)
+  // real rows cannot be told from padding rows, and the check does not run.
+  e.layout_check_batch = c.checked ? in.real_batch : nullptr;
   launch_expand_page_table(ex, e);
 }
 
-void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket) {
+void detail::step_metadata_device_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                       const round_reads& in) {
   const plan& pl = b.plan();
   const draft_config& c = pl.config;
   SPECGRAPH_EXPECTS(c.device_steps, "device_steps", "false: the plan has a table per step");
   check_bucket(pl, bucket);
   expand_params e;
-  e.cache_loc = b.out_cache_loc();
-  e.cache_loc_stride = c.slot_stride;  // rows slot_stride apart
+  e.cache_loc = in.cache_loc;
+  e.cache_loc_stride = in.cache_loc_branch_stride;
+  e.cache_loc_request_stride = in.cache_loc_request_stride;
   e.slots_read = 0;  // slice-before-scatter: d = step + 1 slots, decided on the device
   e.last_page_len = b.last_page_len();
   e.batch = bucket;
@@ -186,7 +228,7 @@ void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int
   e.cache_seqlen = b.expand_cache_seqlen(0);
   e.guard = b.guards() + plan_layout::guard_expand(0);
   e.slot_limit = c.kv_slots;
-  e.layout_check_batch = c.checked ? b.real_batch() : nullptr;
+  e.layout_check_batch = c.checked ? in.real_batch : nullptr;
   e.device_step = b.device_step();
   e.device_steps = c.num_steps;
   launch_expand_page_table(ex, e);
@@ -197,18 +239,18 @@ void advance_step(executor& ex, const draft_buffers& b) {
   ex.launch(make_kernel_launch<kernels::advance_step_kernel>(p, 1, kernels::cuda_advance_step()));
 }
 
-namespace {
-
-void launch_continue_condition(executor& ex, const draft_buffers& b, conditional_handle handle,
-                               bool limit_only) {
+void detail::continue_condition_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                                     conditional_handle handle, bool limit_only,
+                                     const round_reads& in) {
   SPECGRAPH_EXPECTS(b.plan().config.device_depth, "device_depth",
                     "false: the round's condition needs a plan with device_depth");
   kernels::continue_condition_kernel::params p{};
+  p.bucket = bucket;
   p.step = b.device_step();
   p.max_depth = b.max_depth();
   p.min_confidence = b.min_confidence();
   p.confidence = b.confidence();
-  p.real_batch = b.real_batch();
+  p.real_batch = in.real_batch;
   p.iterations = b.iterations();
   p.topk = b.plan().config.topk;
   p.num_steps = b.plan().config.num_steps;
@@ -218,20 +260,27 @@ void launch_continue_condition(executor& ex, const draft_buffers& b, conditional
       p, 1, kernels::cuda_continue_condition()));
 }
 
-}  // namespace
-
 void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
                               conditional_handle handle) {
   check_bucket(b.plan(), bucket);
-  launch_continue_condition(ex, b, handle, /*limit_only=*/false);
+  detail::continue_condition_from(ex, b, bucket, handle, /*limit_only=*/false,
+                                  detail::staged_reads(b));
 }
 
 void stop_round_at_limit(executor& ex, const draft_buffers& b, conditional_handle handle) {
-  launch_continue_condition(ex, b, handle, /*limit_only=*/true);
+  // Only the limit is checked: no row is read (bucket 0 is never used).
+  detail::continue_condition_from(ex, b, 0, handle, /*limit_only=*/true, detail::staged_reads(b));
 }
 
 std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
                                                   std::int32_t bucket, const graph& step_body) {
+  return detail::capture_device_depth_round_from(ex, b, bucket, step_body, detail::staged_reads(b));
+}
+
+std::unique_ptr<graph> detail::capture_device_depth_round_from(executor& ex, const draft_buffers& b,
+                                                               std::int32_t bucket,
+                                                               const graph& step_body,
+                                                               const round_reads& in) {
   SPECGRAPH_EXPECTS(b.plan().config.device_depth, "device_depth",
                     "false: a device-depth round needs a plan with device_depth");
   check_bucket(b.plan(), bucket);
@@ -246,7 +295,7 @@ std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buff
   try {
     const conditional_handle h = ex.begin_while(/*initial=*/true);  // the body runs at least once
     ex.record_graph(step_body);
-    continue_while_confident(ex, b, bucket, h);
+    continue_condition_from(ex, b, bucket, h, /*limit_only=*/false, in);
     ex.end_while();
     return ex.end_capture();
   } catch (...) {

@@ -138,8 +138,42 @@ std::int64_t load(const index_array& a, std::int32_t i) {
 
 }  // namespace
 
+void draft_runtime::bind_inputs(const engine_inputs& in) {
+  ensure_usable();
+  SPECGRAPH_EXPECTS(!captured_, "inputs",
+                    "bound after capture(): the graphs read the staged inputs (bind them first)");
+  check_engine_inputs(*plan_, in);
+  inputs_ = in;
+  inputs_bound_ = true;
+}
+
+void draft_runtime::begin_round(std::int32_t bucket, std::int32_t max_depth, float min_confidence) {
+  ensure_usable();
+  SPECGRAPH_EXPECTS(inputs_bound_, "inputs",
+                    "none bound: begin_round reads the engine's inputs in place (bind_inputs "
+                    "first, or stage() the round)");
+  SPECGRAPH_EXPECTS(plan_->has_bucket(bucket), "bucket",
+                    std::to_string(bucket) + " is not one of the planned buckets");
+  check_round_control(plan_->config, max_depth, min_confidence);
+  if (plan_->config.device_steps) {
+    guarding_cuda([&] { specgraph::begin_round(*ex_, buffers_, max_depth, min_confidence); });
+  }
+  set_staged(bucket, bucket);  // the real batch is the engine's (its real_batch word, if any)
+}
+
+namespace {
+
+void refuse_staging(bool bound) {
+  SPECGRAPH_EXPECTS(!bound, "inputs",
+                    "bound with bind_inputs: the graphs read the engine's inputs in place, so "
+                    "there is nothing to stage (call begin_round(bucket))");
+}
+
+}  // namespace
+
 void draft_runtime::stage(const round_inputs& in) {
   ensure_usable();
+  refuse_staging(inputs_bound_);
   const draft_config& c = plan_->config;
   detail::nvtx_range r(nvtx_stage_, in.batch);
   detail::between("batch", in.batch, 0, c.max_batch, "max_batch");
@@ -255,6 +289,7 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
 
 void draft_runtime::stage_device(const device_round_inputs& in) {
   ensure_usable();
+  refuse_staging(inputs_bound_);
   detail::nvtx_range r(nvtx_stage_, in.batch);
   std::int32_t bucket = 0;
   guarding_cuda([&] { bucket = stage_round(*ex_, buffers_, in); });

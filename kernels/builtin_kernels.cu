@@ -37,6 +37,9 @@ cuda_rows_fn cuda_reset_guards() {
 cuda_rows_fn cuda_advance_step() {
   return &cuda_rows<advance_step_kernel>;
 }
+cuda_rows_fn cuda_begin_round() {
+  return &cuda_rows<begin_round_kernel>;
+}
 cuda_rows_fn cuda_continue_condition() {
   return &cuda_rows<continue_condition_kernel>;
 }
@@ -84,6 +87,7 @@ int load_cuda_kernels() {
                          cuda_rows_load<count_violations_kernel>(),
                          cuda_rows_load<reset_guards_kernel>(),
                          cuda_rows_load<advance_step_kernel>(),
+                         cuda_rows_load<begin_round_kernel>(),
                          cuda_rows_load<continue_condition_kernel>(),
                          cuda_rows_load<kv_check_kernel>(),
                          cuda_rows_load<kv_scan_kernel>(),

@@ -27,6 +27,9 @@ cuda_rows_fn cuda_reset_guards() {
 cuda_rows_fn cuda_advance_step() {
   return nullptr;
 }
+cuda_rows_fn cuda_begin_round() {
+  return nullptr;
+}
 cuda_rows_fn cuda_continue_condition() {
   return nullptr;
 }

@@ -99,12 +99,16 @@ SPECGRAPH_HD bool kv_bad_slot(const kv_indices_params& p, std::int64_t slot) {
 
 // The request's view, or false when a scalar is out of range (pool row, seq_len, row width);
 // d_max: the draft tokens the widest computed step reads.
+// The pool row and seq_len are loaded as int64 (int32 or int64 inputs at any stride) and
+// range-checked before they are narrowed.
 SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, std::int32_t d_max,
                                 kv_request* out) {
-  const std::int32_t pool_row = p.req_pool_index[r];
-  const std::int32_t seq_len = p.seq_len[r];
-  if (pool_row < 0 || pool_row >= p.pool_rows) return false;
-  if (seq_len < 0 || seq_len > p.max_seq_len) return false;
+  const std::int64_t pool_row64 = p.req_pool_index.load(r);
+  const std::int64_t seq_len64 = p.seq_len.load(r);
+  if (pool_row64 < 0 || pool_row64 >= p.pool_rows) return false;
+  if (seq_len64 < 0 || seq_len64 > p.max_seq_len) return false;
+  const auto pool_row = static_cast<std::int32_t>(pool_row64);
+  const auto seq_len = static_cast<std::int32_t>(seq_len64);
   // nnp = ceil((seq_len % ps + num_steps) / ps); all terms < 2^21: int64 anyway.
   const std::int64_t nnp =
       (static_cast<std::int64_t>(seq_len % p.page_size) + p.num_steps + p.page_size - 1) /
@@ -121,8 +125,8 @@ SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, std:
 // Records in `g` why kv_request_of refused request r (guard row: the request's first query row).
 SPECGRAPH_HD void kv_record_request(const kv_indices_params& p, guard_word* g, std::int32_t r,
                                     kernel_id id) {
-  const std::int32_t pool_row = p.req_pool_index[r];
-  const std::int32_t seq_len = p.seq_len[r];
+  const std::int64_t pool_row = p.req_pool_index.load(r);  // as loaded: named unnarrowed
+  const std::int64_t seq_len = p.seq_len.load(r);
   const std::int32_t row = r * p.topk;
   if (pool_row < 0 || pool_row >= p.pool_rows) {
     guard_record(g, violation_kind::bad_input, id, row, -1, p.pool_rows, pool_row);
@@ -192,7 +196,8 @@ struct kv_scan_kernel {
       p.scratch[p.batch + r] = static_cast<std::int32_t>(kept);
       p.scratch[2 * p.batch + r] = static_cast<std::int32_t>(accepted);
       if (p.scratch[r] != 0) continue;
-      kept += kv_kept(p, p.seq_len[r]);  // accepted: seq_len in range
+      // Accepted: seq_len in [0, max_seq_len], so the narrowing is exact.
+      kept += kv_kept(p, static_cast<std::int32_t>(p.seq_len.load(r)));
       ++accepted;
     }
   }

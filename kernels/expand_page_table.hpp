@@ -41,6 +41,17 @@ struct expand_page_table_kernel {
     return slot % p.page_size;
   }
 
+  // Slot j of branch `branch` of `request`, int32 or int64 as the input holds it, widened to
+  // int64 (range-checked by the caller before use). Offsets: request < 2^24 and strides <=
+  // 2^36 (packed: topk * cache_loc_stride <= 2^41, one row's columns): inside int64.
+  SPECGRAPH_HD static std::int64_t slot_at(const params& p, std::int32_t request,
+                                           std::int32_t branch, std::int32_t j) {
+    const std::int64_t request_stride =
+        p.cache_loc_request_stride > 0 ? p.cache_loc_request_stride : p.topk * p.cache_loc_stride;
+    return p.cache_loc.load_at(request * request_stride + branch * p.cache_loc_stride +
+                               j * p.cache_loc.stride);
+  }
+
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t row64) {
     if (p.device_step == nullptr) {
       expand_row(p, row64);
@@ -74,8 +85,9 @@ struct expand_page_table_kernel {
     // row < 2^24 and stride <= 2^31: the offsets below stay far inside int64.
     const auto row = static_cast<std::int32_t>(row64);
     const std::int32_t request = row / p.topk;
+    const std::int32_t branch = row % p.topk;
     const std::int32_t last_page_len = p.last_page_len[request];
-    const std::int64_t* slots = p.cache_loc + row64 * p.cache_loc_stride;
+    const auto slot_of = [&](std::int32_t j) { return slot_at(p, request, branch, j); };
     std::int32_t* table_row = p.page_table + row64 * p.page_table_stride;
 
     // Input check first, so a row with a bad value is written as a padded row instead (no page
@@ -87,7 +99,7 @@ struct expand_page_table_kernel {
       return;
     }
     for (std::int32_t j = 0; j < p.slots_read; ++j) {
-      const std::int64_t slot = slots[j];
+      const std::int64_t slot = slot_of(j);
       if (slot < 0 || slot >= p.slot_limit || page_of(p, slot) > max_page_id) {
         guard_record(p.guard, violation_kind::bad_input, id, row, j, -1, slot);
         write_padded_row(p, row, table_row);
@@ -104,7 +116,7 @@ struct expand_page_table_kernel {
     std::int32_t runs = 0;
     std::int64_t previous_page = -1;
     for (std::int32_t j = 0; j < p.slots_read; ++j) {
-      const std::int64_t page = page_of(p, slots[j]);  // <= max_page_id (checked above)
+      const std::int64_t page = page_of(p, slot_of(j));  // <= max_page_id (checked above)
       if (j == 0 || page != previous_page) {
         checked_store(table_row, runs, p.capacity, page, p.guard, id, row);
         ++runs;
@@ -120,7 +132,7 @@ struct expand_page_table_kernel {
         // int64: last_page_len + j < 2^20 + 2^31.
         const std::int64_t expected_offset =
             (static_cast<std::int64_t>(last_page_len) + j) % p.page_size;
-        const std::int64_t offset = offset_of(p, slots[j]);
+        const std::int64_t offset = offset_of(p, slot_of(j));
         if (offset != expected_offset) {
           // "expected" is the in-page offset the allocation of section 1 implies; "found" the
           // slot's actual offset.

@@ -82,8 +82,11 @@ void validate(const kv_indices_params& p) {
   }
   at_least("slot_limit", p.slot_limit, 1);
   not_null("req_to_token", p.req_to_token);
-  not_null("req_pool_index", p.req_pool_index);
-  not_null("seq_len", p.seq_len);
+  not_null("req_pool_index", p.req_pool_index.data);
+  not_null("seq_len", p.seq_len.data);
+  between("req_pool_index.stride", p.req_pool_index.stride, 0, limits::max_input_stride,
+          "the limit");
+  between("seq_len.stride", p.seq_len.stride, 0, limits::max_input_stride, "the limit");
   not_null("kv_indptr", p.kv_indptr);
   SPECGRAPH_EXPECTS((p.kv_indices_i32 == nullptr) != (p.kv_indices_i64 == nullptr), "kv_indices",
                     "exactly one of kv_indices_i32 and kv_indices_i64 must be set");
@@ -99,9 +102,9 @@ void validate_contents_host(const kv_indices_params& p) {
   if (steps.begin == steps.end) return;
   const std::int32_t d_max = p.first_step + steps.end;
   for (std::int32_t r = 0; r < p.batch; ++r) {
-    const std::int32_t pool_row = p.req_pool_index[r];
+    const std::int64_t pool_row = p.req_pool_index.load(r);
     in_range(indexed("req_pool_index", r), pool_row, 0, p.pool_rows, "pool_rows");
-    between(indexed("seq_len", r), p.seq_len[r], 0, p.max_seq_len, "max_seq_len");
+    between(indexed("seq_len", r), p.seq_len.load(r), 0, p.max_seq_len, "max_seq_len");
     kernels::kv_request v{};
     if (!kernels::kv_request_of(p, r, d_max, &v)) {
       const std::int64_t last = kernels::kv_draft_position(v, p.topk - 1, d_max - 1);

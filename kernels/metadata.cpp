@@ -105,23 +105,34 @@ void validate(const expand_params& p) {
   between("topk", p.topk, 1, limits::max_topk, "the limit");
   at_least("batch", p.batch, 1);
   rows_within_limit(p.batch, p.topk);
-  between("cache_loc_stride", p.cache_loc_stride, 1, max_columns, "the limit");
+  // Packed rows (request stride 0) hold the slots read; an engine's tensor read in place
+  // (request stride set) was checked against its shape by the caller (check_engine_inputs).
+  const bool packed = p.cache_loc_request_stride == 0;
+  if (packed) {
+    between("cache_loc_stride", p.cache_loc_stride, 1, max_columns, "the limit");
+  } else {
+    between("cache_loc_stride", p.cache_loc_stride, 0, limits::max_input_stride, "the limit");
+    between("cache_loc_request_stride", p.cache_loc_request_stride, 0, limits::max_input_stride,
+            "the limit");
+  }
+  between("cache_loc.stride", p.cache_loc.stride, 0, limits::max_input_stride, "the limit");
+  const std::int64_t row_slots = packed ? p.cache_loc_stride : limits::max_num_steps;
   if (p.device_step != nullptr) {
     // The step is read on the device: the strides must hold the widest step.
     between("device_steps", p.device_steps, 1, limits::max_num_steps, "the limit");
-    at_least("cache_loc_stride", p.cache_loc_stride, p.device_steps);
-    between("slots_read", p.slots_read, 0, p.cache_loc_stride, "the cache_loc row stride");
+    if (packed) at_least("cache_loc_stride", p.cache_loc_stride, p.device_steps);
+    between("slots_read", p.slots_read, 0, row_slots, "the cache_loc row stride");
     between("page_table_stride", p.page_table_stride, static_cast<std::int64_t>(p.device_steps) + 1,
             max_columns, "the limit");
   } else {
     between("decode_length", p.decode_length, 1, limits::max_num_steps, "the limit");
     at_least("slots_read", p.slots_read, 1);
-    at_most("slots_read", p.slots_read, p.cache_loc_stride, "the cache_loc row stride");
+    at_most("slots_read", p.slots_read, row_slots, "the cache_loc row stride");
     at_least("capacity", p.capacity, 1);
     between("page_table_stride", p.page_table_stride, p.capacity, max_columns, "the limit");
   }
   at_least("slot_limit", p.slot_limit, 1);
-  not_null("cache_loc", p.cache_loc);
+  not_null("cache_loc", p.cache_loc.data);
   not_null("last_page_len", p.last_page_len);
   not_null("page_table", p.page_table);
   not_null("cache_seqlen", p.cache_seqlen);
@@ -141,7 +152,8 @@ void validate_contents_host(const expand_params& p) {
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.topk;
   for (std::int64_t row = 0; row < rows; ++row) {
     for (std::int32_t j = 0; j < slots_read; ++j) {
-      const std::int64_t slot = p.cache_loc[row * p.cache_loc_stride + j];
+      const std::int64_t slot = kernels::expand_page_table_kernel::slot_at(
+          p, static_cast<std::int32_t>(row / p.topk), static_cast<std::int32_t>(row % p.topk), j);
       in_range(indexed("cache_loc", row, j), slot, 0, p.slot_limit, "slot_limit");
       SPECGRAPH_EXPECTS(slot / p.page_size <= limits::max_page_id, indexed("cache_loc", row, j),
                         std::to_string(slot) + " is on page " + std::to_string(slot / p.page_size) +
@@ -177,8 +189,11 @@ void validate(const prefix_params& p) {
   between("page_table_stride", p.page_table_stride, p.capacity, max_columns, "the limit");
   at_least("slot_limit", p.slot_limit, 1);
   not_null("req_to_token", p.req_to_token);
-  not_null("req_pool_index", p.req_pool_index);
-  not_null("seq_len", p.seq_len);
+  not_null("req_pool_index", p.req_pool_index.data);
+  not_null("seq_len", p.seq_len.data);
+  between("req_pool_index.stride", p.req_pool_index.stride, 0, limits::max_input_stride,
+          "the limit");
+  between("seq_len.stride", p.seq_len.stride, 0, limits::max_input_stride, "the limit");
   not_null("last_page_len", p.last_page_len);
   not_null("prefix_seqlen", p.prefix_seqlen);
   not_null("page_table", p.page_table);
@@ -189,17 +204,16 @@ void validate(const prefix_params& p) {
 void validate_contents_host(const prefix_params& p) {
   validate(p);
   for (std::int32_t r = 0; r < p.batch; ++r) {
-    in_range(indexed("req_pool_index", r), p.req_pool_index[r], 0, p.pool_rows, "pool_rows");
-    const std::int32_t seq_len = p.seq_len[r];
+    const std::int64_t pool_row = p.req_pool_index.load(r);
+    in_range(indexed("req_pool_index", r), pool_row, 0, p.pool_rows, "pool_rows");
+    const std::int64_t seq_len = p.seq_len.load(r);
     at_least(indexed("seq_len", r), seq_len, 0);
     at_most(indexed("seq_len", r), seq_len,
             p.max_seq_len > 0 ? std::int64_t{p.max_seq_len} : p.req_to_token_stride,
             "max_context_len");
-    const std::int32_t* tokens =
-        p.req_to_token + static_cast<std::int64_t>(p.req_pool_index[r]) * p.req_to_token_stride;
+    const std::int32_t* tokens = p.req_to_token + pool_row * p.req_to_token_stride;
     for (std::int64_t pos = 0; pos + p.page_size <= seq_len; pos += p.page_size) {
-      in_range(indexed("req_to_token", p.req_pool_index[r], pos), tokens[pos], 0, p.slot_limit,
-               "slot_limit");
+      in_range(indexed("req_to_token", pool_row, pos), tokens[pos], 0, p.slot_limit, "slot_limit");
     }
   }
 }

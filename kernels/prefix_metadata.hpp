@@ -59,12 +59,16 @@ SPECGRAPH_HD void prefix_request_at(const prefix_params& p, std::int32_t pool_ro
   out->prefix_pages = (seq_len - out->last_page_len) / p.page_size;
 }
 
+// The request's pool row and seq_len are loaded as int64 (the inputs may be int32 or int64, at
+// any stride) and range-checked before they are narrowed: an int64 that does not fit int32 is
+// out of range like any other.
 SPECGRAPH_HD bool prefix_request_of(const prefix_params& p, std::int32_t r, prefix_request* out) {
-  const std::int32_t pool_row = p.req_pool_index[r];
-  const std::int32_t seq_len = p.seq_len[r];
+  const std::int64_t pool_row = p.req_pool_index.load(r);
+  const std::int64_t seq_len = p.seq_len.load(r);
   if (pool_row < 0 || pool_row >= p.pool_rows) return false;
   if (seq_len < 0 || seq_len > prefix_seq_limit(p)) return false;
-  prefix_request_at(p, pool_row, seq_len, out);
+  prefix_request_at(p, static_cast<std::int32_t>(pool_row), static_cast<std::int32_t>(seq_len),
+                    out);
   return true;
 }
 
@@ -112,12 +116,13 @@ struct prefix_check_kernel {
     prefix_request q{};
     if (!prefix_request_of(p, r, &q)) {
       if (c.column == 0) {
-        const std::int32_t pool_row = p.req_pool_index[r];
+        // The value as loaded (int64: an int64 input that does not fit int32 is named as is).
+        const std::int64_t pool_row = p.req_pool_index.load(r);
         if (pool_row < 0 || pool_row >= p.pool_rows) {
           guard_record(p.guard, violation_kind::bad_input, id, r, -1, p.pool_rows, pool_row);
         } else {
           guard_record(p.guard, violation_kind::bad_input, id, r, -1,
-                       static_cast<std::int32_t>(prefix_seq_limit(p)), p.seq_len[r]);
+                       static_cast<std::int32_t>(prefix_seq_limit(p)), p.seq_len.load(r));
         }
         p.refused[r] = 1;
       }

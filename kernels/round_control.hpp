@@ -24,6 +24,26 @@ struct reset_guards_kernel {
   }
 };
 
+// The start of a round whose inputs are read in place (engine_inputs.hpp): the per-round
+// control words staging would reset, and nothing else. One thread.
+struct begin_round_kernel {
+  struct params {
+    std::int32_t* device_step;  // reset to 0
+    std::int32_t* iterations;   // reset to 0
+    std::int32_t* max_depth;
+    float* min_confidence;
+    std::int32_t round_max_depth;
+    float round_min_confidence;
+  };
+  static constexpr const char* name = "begin_round";
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
+    *p.device_step = 0;
+    *p.iterations = 0;
+    *p.max_depth = p.round_max_depth;
+    *p.min_confidence = p.round_min_confidence;
+  }
+};
+
 // The last node of the step graph: the next launch runs the next step.
 struct advance_step_kernel {
   struct params {
@@ -50,7 +70,10 @@ struct continue_condition_kernel {
     const std::int32_t* max_depth;
     const float* min_confidence;
     const float* confidence;  // [rows]
+    // [1] the real batch (the staged one, or an engine's own word read in place), clamped to
+    // [0, bucket] before use; null: every row of the bucket is real.
     const std::int32_t* real_batch;
+    std::int32_t bucket;
     std::int32_t* iterations;  // [1] bodies run this round before this one
     std::int32_t topk;
     std::int32_t num_steps;  // the plan's: no round runs more bodies
@@ -70,7 +93,10 @@ struct continue_condition_kernel {
   }
   SPECGRAPH_HD static bool keep_going(const params& p) {
     if (*p.step >= *p.max_depth) return false;
-    const std::int64_t real_rows = static_cast<std::int64_t>(*p.real_batch) * p.topk;
+    std::int32_t real = p.real_batch != nullptr ? *p.real_batch : p.bucket;
+    if (real < 0) real = 0;  // an engine's word may hold anything: never read past the bucket
+    if (real > p.bucket) real = p.bucket;
+    const std::int64_t real_rows = static_cast<std::int64_t>(real) * p.topk;
     for (std::int64_t row = 0; row < real_rows; ++row) {
       if (p.confidence[row] >= *p.min_confidence) return true;
     }

@@ -68,6 +68,12 @@ struct executor_counters {
   std::int64_t graph_launches = 0;
   std::int64_t copies_to_device = 0;  // copy_to_device and copy_from_pinned
   std::int64_t copies_to_host = 0;
+  // Bytes copied into executor memory per round, the cost inputs read in place avoid
+  // (engine_inputs.hpp): bytes_to_device counts copy_to_device and copy_from_pinned;
+  // input_bytes_staged the static-input bytes stage_round's kernel writes (device to device),
+  // counted when it is enqueued (a stage_round recorded into a capture counts once, there).
+  std::int64_t bytes_to_device = 0;
+  std::int64_t input_bytes_staged = 0;
 };
 
 struct device_timing {
@@ -205,6 +211,10 @@ class executor {
   virtual void launch_graph(graph_exec& exec) = 0;
 
   const executor_counters& counters() const noexcept { return counters_; }
+  // For ops that copy inputs with a kernel (stage_round): adds to input_bytes_staged.
+  void count_input_bytes_staged(std::int64_t bytes) noexcept {
+    counters_.input_bytes_staged += bytes;
+  }
 
  protected:
   executor() = default;

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "specgraph/guard.hpp"
+#include "specgraph/index_ref.hpp"
 
 namespace specgraph {
 
@@ -24,17 +25,19 @@ struct kv_indices_params {
   // [e * entry_page_size, (e + 1) * entry_page_size); the token slot at position p is
   // entry(p / E) * E + p % E (E = 1: the entry is the slot itself).
   const std::int32_t* req_to_token = nullptr;
-  std::int64_t req_to_token_stride = 0;          // W, [1, 2^31)
-  std::int32_t pool_rows = 0;                    // [1, limits::max_pool_rows]
-  std::int32_t entry_page_size = 1;              // E, [1, limits::max_page_size]
-  const std::int32_t* req_pool_index = nullptr;  // [batch], in [0, pool_rows)
-  const std::int32_t* seq_len = nullptr;         // [batch], in [0, max_seq_len]
-  std::int32_t batch = 0;                        // requests (bucket size when padded), >= 1
-  std::int32_t topk = 0;                         // [1, limits::max_topk]; rows N = batch * topk
-  std::int32_t num_steps = 0;                    // the round's draft steps, [1, max_num_steps]
-  std::int32_t page_size = 0;                    // ps, [1, limits::max_page_size]
-  std::int32_t window = 0;                       // draft attention window, 0 = off
-  std::int32_t sink = 0;                         // sink tokens kept with a window
+  std::int64_t req_to_token_stride = 0;  // W, [1, 2^31)
+  std::int32_t pool_rows = 0;            // [1, limits::max_pool_rows]
+  std::int32_t entry_page_size = 1;      // E, [1, limits::max_page_size]
+  // [batch], int32 or int64 at any element stride (index_ref), range-checked in int64 on the
+  // device: pool rows in [0, pool_rows), seq_len in [0, max_seq_len].
+  index_ref req_pool_index;
+  index_ref seq_len;
+  std::int32_t batch = 0;      // requests (bucket size when padded), >= 1
+  std::int32_t topk = 0;       // [1, limits::max_topk]; rows N = batch * topk
+  std::int32_t num_steps = 0;  // the round's draft steps, [1, max_num_steps]
+  std::int32_t page_size = 0;  // ps, [1, limits::max_page_size]
+  std::int32_t window = 0;     // draft attention window, 0 = off
+  std::int32_t sink = 0;       // sink tokens kept with a window
   // The largest admissible seq_len (M): sizes the launch; a larger seq_len is bad input.
   std::int32_t max_seq_len = 0;
   // The launch computes steps first_step .. first_step + step_count - 1 (of num_steps).

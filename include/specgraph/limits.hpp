@@ -36,5 +36,9 @@ inline constexpr std::int32_t max_keys = 1 << 30;
 // The whole arena: no device has a terabyte; a plan above this is refused before any
 // allocation is tried.
 inline constexpr std::int64_t max_arena_bytes = std::int64_t{1} << 40;
+// Element strides of an engine's static input tensors read in place (engine_inputs.hpp): an
+// offset request * stride + branch * stride + slot * stride (requests < 2^20, branches < 2^10,
+// slots < 2^16) stays below 3 * 2^56, inside int64.
+inline constexpr std::int64_t max_input_stride = std::int64_t{1} << 36;
 
 }  // namespace specgraph::limits

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "specgraph/guard.hpp"
+#include "specgraph/index_ref.hpp"
 
 namespace specgraph {
 
@@ -28,8 +29,15 @@ class executor;
 
 // ---- Expand page table (docs/metadata.md section 3) ----------------------------------------
 struct expand_params {
-  const std::int64_t* cache_loc = nullptr;      // [batch*topk][cache_loc_stride] slot ids
-  std::int64_t cache_loc_stride = 0;            // columns per row of cache_loc (num_steps)
+  // Slot ids, int64 or int32: slot j of branch t of request r is element
+  // r * cache_loc_request_stride + t * cache_loc_stride + j * cache_loc.stride. Packed (the
+  // arena's staged inputs): [batch*topk][cache_loc_stride], element stride 1, request stride 0.
+  index_ref cache_loc;
+  std::int64_t cache_loc_stride = 0;  // elements between branch rows (the arena: slot_stride)
+  // Elements between requests; 0: topk * cache_loc_stride (packed rows). When set (an engine's
+  // own tensor read in place), the strides are only range-checked (the caller checked the
+  // tensor's shape): slots_read <= cache_loc_stride is required of packed rows only.
+  std::int64_t cache_loc_request_stride = 0;
   std::int32_t slots_read = 0;                  // leading slots read per row; the runtime uses d
   std::int32_t decode_length = 0;               // d = step + 1
   const std::int32_t* last_page_len = nullptr;  // [batch]
@@ -62,8 +70,11 @@ struct prefix_params {
   // The longest accepted seq_len (max_context_len), <= req_to_token_stride; 0: the stride.
   std::int32_t max_seq_len = 0;
   std::int32_t pool_rows = 0;
-  const std::int32_t* req_pool_index = nullptr;  // [batch]
-  const std::int32_t* seq_len = nullptr;         // [batch]
+  // [batch], int32 or int64 at any element stride (the arena's staged int32 inputs, or an
+  // engine's static input tensors read in place); every value is range-checked in int64 on the
+  // device before it is narrowed.
+  index_ref req_pool_index;
+  index_ref seq_len;
   std::int32_t batch = 0;
   std::int32_t topk = 0;
   std::int32_t page_size = 0;

@@ -23,11 +23,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "specgraph/buffers.hpp"
+#include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/guard.hpp"
@@ -139,6 +141,21 @@ class draft_runtime {
   // row and records a bad_input guard violation, raised by check_guards() / run_round() in
   // checked mode). Capture-safe, but normally called before replaying.
   void stage_device(const device_round_inputs& in);
+  // Inputs read in place (engine_inputs.hpp; docs/engines.md): binds the engine's own static
+  // input tensors once, before capture(): every graph captured afterwards (and run_eager) reads
+  // them where they are, so no round copies anything; stage() and stage_device() are then
+  // refused and each round starts with begin_round(). Throws invalid_argument naming the field
+  // (check_engine_inputs), or "inputs" once graphs were captured (they baked in the staged
+  // inputs). Host work only: no stream, no sync; not during capture.
+  void bind_inputs(const engine_inputs& in);
+  bool inputs_bound() const noexcept { return inputs_bound_; }
+  // With inputs bound: the next round replays `bucket` (a planned bucket, e.g. the engine's own
+  // padded batch size; invalid_argument "bucket" otherwise), reading what the engine wrote into
+  // its inputs (order it with run_round's events.wait_for). With device_steps it enqueues
+  // begin_round (the step counter, max_depth, min_confidence) on the executor's stream. No
+  // sync; not during capture.
+  void begin_round(std::int32_t bucket, std::int32_t max_depth = 0,
+                   float min_confidence = -std::numeric_limits<float>::infinity());
   std::int32_t staged_bucket() const noexcept { return bucket_; }
   std::int32_t staged_batch() const noexcept { return batch_; }
 
@@ -196,6 +213,8 @@ class draft_runtime {
   executor* ex_;
   std::unique_ptr<const specgraph::plan> plan_;  // stable address: buffers_ points at it
   engine_tables tables_;
+  engine_inputs inputs_;  // read in place when inputs_bound_ (bind_inputs)
+  bool inputs_bound_ = false;
   device_buffer owned_arena_;  // empty over caller memory
   draft_buffers buffers_;
   std::vector<forward_fn> forwards_;  // [num_steps]

@@ -27,6 +27,7 @@ from .config import DraftConfig, SparseConfig, default_buckets
 from .csr import (CsrOutputs, bind_csr_outputs, csr_indices_device_, csr_round_indices_,
                   csr_step_indices_)
 from .errors import CaptureFailed, CudaError, GuardViolation, InvalidArgument, SpecgraphError
+from .inputs import BoundInputs, begin_round_, bind_inputs
 from .ops import (GuardWord, RoundGraph, SparseStage, advance_step_, check_guards,
                   continue_condition_host, count_violations_, initialize_, read_guards,
                   round_graph, round_setup_, sparse_stage_, sparse_stages, stage_,
@@ -68,4 +69,5 @@ __all__ = [
     "stage_", "step_metadata_", "step_metadata_device_", "advance_step_", "RoundGraph",
     "round_graph", "continue_condition_host", "CsrOutputs", "bind_csr_outputs",
     "csr_step_indices_", "csr_round_indices_", "csr_indices_device_",
+    "BoundInputs", "bind_inputs", "begin_round_",
 ]

@@ -24,7 +24,9 @@ from . import _check
 from . import csr as _csr
 from .buffers import Buffers, StepView
 from .errors import CaptureFailed, InvalidArgument
-from .ops import advance_step_, round_setup_, step_metadata_, step_metadata_device_
+from .inputs import _bound, begin_round_
+from .ops import (advance_step_, continue_condition_host, round_setup_, step_metadata_,
+                  step_metadata_device_)
 
 ROUND = -1  # the step of a whole-round graph in reports
 
@@ -101,7 +103,7 @@ class StepBody:
     """Records the work of one graph: the ops of the plan's formats, then the forward."""
 
     def __init__(self, bufs: Buffers, forward: Forward, req_to_token: torch.Tensor,
-                 csr_outputs: Optional[_csr.CsrOutputs]) -> None:
+                 csr_outputs: Optional[_csr.CsrOutputs], inputs: Any = None) -> None:
         cfg = bufs.plan.config
         self.bufs = bufs
         self.forward = forward
@@ -117,6 +119,8 @@ class StepBody:
                                   f"{cfg.formats!r} (no CSR indices to write; use \"csr\" or "
                                   "\"both\")", field="csr_outputs")
         self.csr_outputs = csr_outputs
+        # The engine's static inputs read in place (specgraph.bind_inputs), or None: staged.
+        self.inputs = None if inputs is None else _bound(inputs)
 
     def view(self, bucket: int, step: int) -> StepView:
         """What the forward of graph(bucket, step) receives."""
@@ -127,22 +131,56 @@ class StepBody:
         return v
 
     def record(self, bucket: int, step: int, device_steps: bool) -> None:
-        bufs, r2t = self.bufs, self.req_to_token
+        bufs, r2t, ins = self.bufs, self.req_to_token, self.inputs
         if device_steps:  # one body for every step: the step is the device counter's
-            round_setup_(bufs, bucket, r2t)
+            round_setup_(bufs, bucket, r2t, inputs=ins)
             if self.fa3:
-                step_metadata_device_(bufs, bucket)
+                step_metadata_device_(bufs, bucket, inputs=ins)
             if self.csr:
-                _csr.csr_indices_device_(bufs, bucket, r2t, out=self.csr_outputs)
+                _csr.csr_indices_device_(bufs, bucket, r2t, out=self.csr_outputs, inputs=ins)
             self.forward(self.view(bucket, 0))
             advance_step_(bufs)
             return
         steps = range(bufs.plan.config.num_steps) if step == ROUND else (step,)
         for s in steps:
             if s == 0:
-                round_setup_(bufs, bucket, r2t)
+                round_setup_(bufs, bucket, r2t, inputs=ins)
             if self.fa3:
-                step_metadata_(bufs, bucket, s)
+                step_metadata_(bufs, bucket, s, inputs=ins)
             if self.csr:
-                _csr.csr_step_indices_(bufs, bucket, s, r2t, out=self.csr_outputs)
+                _csr.csr_step_indices_(bufs, bucket, s, r2t, out=self.csr_outputs, inputs=ins)
             self.forward(self.view(bucket, s))
+
+
+def run_device_depth_round(g: Any) -> None:
+    """DraftGraphs' device_depth round: one launch of the bucket's round graph; eagerly (CPU
+    arena), the same loop: the body, then the condition kernel into a flag, while it says
+    continue (the body runs at least once, as the WHILE node's initial value is 1)."""
+    if g.bucket == 0:
+        raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
+    if g.mode == "cuda_graph":
+        g._rounds[g.bucket].launch()
+    else:
+        for _ in range(g.plan.config.num_steps):  # the condition stops by max_depth
+            g._record(g.bucket, 0)
+            continue_condition_host(g.bufs, g.bucket, g._condition, inputs=g.inputs)
+            if not int(g._condition[0]):
+                break
+    g.replays[(g.bucket, 0)] += 1  # the body, looped over by its round graph
+    g._next_step = g.plan.config.num_steps
+
+
+def begin_in_place(g: Any, bucket: int, max_depth: int, min_confidence: float) -> int:
+    """DraftGraphs.begin_round_: the next round of a DraftGraphs bound to inputs read in place."""
+    if g.inputs is None:
+        raise InvalidArgument("begin_round_: no inputs bound (DraftGraphs(..., "
+                              "inputs=specgraph.bind_inputs(...))); stage_ the round instead",
+                              field="begin_round_")
+    bucket = g.bufs._bucket(_check.index("bucket", bucket))
+    if not g.captured or bucket not in g.buckets:
+        raise InvalidArgument(f"bucket: {bucket} was not captured (captured: {list(g.buckets)}; "
+                              "capture() first)", field="bucket")
+    if g.device_steps or g.device_depth:
+        begin_round_(g.bufs, max_depth, min_confidence)
+    g.bucket, g.batch, g._next_step = bucket, bucket, 0
+    return bucket

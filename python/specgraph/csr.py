@@ -25,6 +25,9 @@ through torch.ops.specgraph.csr_* (custom ops with fake implementations).
 | csr_step_indices_   | current | no           | yes          |
 | csr_round_indices_  | current | no           | yes          |
 | csr_indices_device_ | current | no           | yes          |
+
+Each op takes inputs=: the engine's static inputs read in place (specgraph.bind_inputs) instead
+of the staged ones.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def _csr_plan(bufs: Buffers) -> None:
 
 
 def csr_step_indices_(bufs: Buffers, bucket: int, step: int, req_to_token: Any,
-                      out: Optional[CsrOutputs] = None) -> None:
+                      out: Optional[CsrOutputs] = None, *, inputs: Any = None) -> None:
     """Step `step`'s kv_indptr (bucket * topk + 1 entries) and kv_indices for `bucket`, from the
     staged round (stage_) and req_to_token (int32 [>= pool_rows, >= max_context_len], read at
     its own width); into the plan's buffers (bufs.csr_kv_indptr(step),
@@ -92,7 +95,12 @@ def csr_step_indices_(bufs: Buffers, bucket: int, step: int, req_to_token: Any,
     _csr_plan(bufs)
     req_to_token = _ops._tensor(bufs, "req_to_token", req_to_token)
     out = _out(out)
-    if out is None:
+    inputs = _ops._inputs(inputs)
+    if inputs is not None:  # the engine's inputs read in place (bind_inputs)
+        indptr, indices = (None, None) if out is None else (out.kv_indptr, out.kv_indices)
+        _ffi.csr_in(bufs._obj, bufs.arena, 0, bucket, step, req_to_token,
+                    *inputs._args(), indptr, indices)
+    elif out is None:
         if bufs.handle:
             _ops._torch.csr_step_indices_(bufs.arena, bufs.handle, bucket, step, req_to_token)
         else:
@@ -106,14 +114,19 @@ def csr_step_indices_(bufs: Buffers, bucket: int, step: int, req_to_token: Any,
 
 
 def csr_round_indices_(bufs: Buffers, bucket: int, req_to_token: Any,
-                       out: Optional[CsrOutputs] = None) -> None:
+                       out: Optional[CsrOutputs] = None, *, inputs: Any = None) -> None:
     """Every step of the round at once (into the bound outputs: one launch), as
     csr_step_indices_ for each step. Current stream; no sync; capture-safe."""
     bucket = _ops._ready(bufs)._bucket(bucket)
     _csr_plan(bufs)
     req_to_token = _ops._tensor(bufs, "req_to_token", req_to_token)
     out = _out(out)
-    if out is None:
+    inputs = _ops._inputs(inputs)
+    if inputs is not None:  # the engine's inputs read in place (bind_inputs)
+        indptr, indices = (None, None) if out is None else (out.kv_indptr, out.kv_indices)
+        _ffi.csr_in(bufs._obj, bufs.arena, 1, bucket, 0, req_to_token,
+                    *inputs._args(), indptr, indices)
+    elif out is None:
         if bufs.handle:
             _ops._torch.csr_round_indices_(bufs.arena, bufs.handle, bucket, req_to_token)
         else:
@@ -127,7 +140,7 @@ def csr_round_indices_(bufs: Buffers, bucket: int, req_to_token: Any,
 
 
 def csr_indices_device_(bufs: Buffers, bucket: int, req_to_token: Any,
-                        out: Optional[CsrOutputs] = None) -> None:
+                        out: Optional[CsrOutputs] = None, *, inputs: Any = None) -> None:
     """Device step counter (DraftConfig(device_steps=True), docs/device-rounds.md): the indices
     of the step the counter (bufs.device_step) holds when the kernels run, read on the device,
     written as csr_step_indices_ writes that step (the arena's or the bound outputs' row s). A
@@ -140,7 +153,12 @@ def csr_indices_device_(bufs: Buffers, bucket: int, req_to_token: Any,
                               "csr_step_indices_)", field="device_steps")
     req_to_token = _ops._tensor(bufs, "req_to_token", req_to_token)
     out = _out(out)
-    if out is None:
+    inputs = _ops._inputs(inputs)
+    if inputs is not None:  # the engine's inputs read in place (bind_inputs)
+        indptr, indices = (None, None) if out is None else (out.kv_indptr, out.kv_indices)
+        _ffi.csr_in(bufs._obj, bufs.arena, 2, bucket, 0, req_to_token,
+                    *inputs._args(), indptr, indices)
+    elif out is None:
         if bufs.handle:
             _ops._torch.csr_indices_device_(bufs.arena, bufs.handle, bucket, req_to_token)
         else:

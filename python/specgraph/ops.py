@@ -8,7 +8,9 @@ same call runs eagerly or records into a capture under way on that stream (torch
 On CPU memory (numpy arrays, CPU tensors) the host executor runs the same kernels inline.
 
 When the arena is a torch tensor the ops go through torch.ops.specgraph.* (custom ops with fake
-implementations and mutates_args), so torch.compile and torch.profiler see them by name.
+implementations and mutates_args), so torch.compile and torch.profiler see them by name; with
+inputs= (the engine's static inputs read in place, specgraph.bind_inputs) they call the
+extension directly (same stream, no custom op).
 
 | op                  | stream                 | synchronises | capture-safe |
 |---------------------|------------------------|--------------|--------------|
@@ -17,6 +19,7 @@ implementations and mutates_args), so torch.compile and torch.profiler see them 
 | round_setup_        | current                | no           | yes          |
 | step_metadata_      | current                | no           | yes          |
 | step_metadata_device_, advance_step_ | current | no          | yes          |
+| begin_round_ (inputs.py) | current          | no           | yes          |
 | sparse_stage_       | current                | no           | yes          |
 | count_violations_   | current                | no           | yes          |
 | read_guards, check_guards | current          | yes          | no           |
@@ -146,41 +149,61 @@ def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
                           max_depth, min_confidence, chosen))
 
 
-def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any) -> None:
+def _inputs(inputs: Any) -> Any:
+    """inputs= of an op: None (the staged inputs) or a BoundInputs (read in place)."""
+    if inputs is None:
+        return None
+    from .inputs import _bound
+    return _bound(inputs)
+
+
+def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any, *,
+                 inputs: Any = None) -> None:
     """The round's step-0 work for `bucket`: resets the guard words (all but staging's) and
     computes the step-invariant prefix metadata (docs/metadata.md section 2).
 
     req_to_token: int32 [>= pool_rows, >= max_context_len], contiguous, on the arena's device;
     a table wider than max_context_len (engines allocate it wider) is read at its own row
     stride. A captured graph bakes its address and stride in, so it must not move or change
-    shape while the graph exists. Current
-    stream; no sync; capture-safe.
+    shape while the graph exists. inputs: the engine's static inputs read in place
+    (bind_inputs) instead of the staged ones. Current stream; no sync; capture-safe.
     """
     bucket = _ready(bufs)._bucket(bucket)
     req_to_token = _tensor(bufs, "req_to_token", req_to_token)
-    if bufs.handle:
+    inputs = _inputs(inputs)
+    if inputs is not None:
+        _ffi.round_setup_in(bufs._obj, bufs.arena, bucket, req_to_token, *inputs._args())
+    elif bufs.handle:
         _torch.round_setup_(bufs.arena, bufs.handle, bucket, req_to_token)
     else:
         _ffi.round_setup(bufs._obj, bufs.arena, bucket, req_to_token)
 
 
-def step_metadata_(bufs: Buffers, bucket: int, step: int) -> None:
+def step_metadata_(bufs: Buffers, bucket: int, step: int, *, inputs: Any = None) -> None:
     """Step `step`'s expand metadata for `bucket` (docs/metadata.md section 3): reads only the
     first d = step + 1 slots of each out_cache_loc row into the d + 1 wide table
-    (slice-before-scatter). Current stream; no sync; capture-safe."""
+    (slice-before-scatter); inputs: the engine's bound out_cache_loc (bind_inputs) instead of
+    the staged one. Current stream; no sync; capture-safe."""
     bucket, step = _ready(bufs)._bucket(bucket), bufs._step(step)
-    if bufs.handle:
+    inputs = _inputs(inputs)
+    if inputs is not None:
+        _ffi.step_metadata_in(bufs._obj, bufs.arena, bucket, step, *inputs._args())
+    elif bufs.handle:
         _torch.step_metadata_(bufs.arena, bufs.handle, bucket, step)
     else:
         _ffi.step_metadata(bufs._obj, bufs.arena, bucket, step)
 
 
-def step_metadata_device_(bufs: Buffers, bucket: int) -> None:
+def step_metadata_device_(bufs: Buffers, bucket: int, *, inputs: Any = None) -> None:
     """device_steps mode (docs/device-rounds.md): the expand metadata of whatever step the
     device counter (bufs.device_step) is at: d = step + 1 slots read, d + 1 columns written of
-    the one shared table, the step's guard word. Current stream; no sync; capture-safe."""
+    the one shared table, the step's guard word. inputs: as in step_metadata_. Current stream;
+    no sync; capture-safe."""
     bucket = _ready(bufs)._bucket(bucket)
-    if bufs.handle:
+    inputs = _inputs(inputs)
+    if inputs is not None:
+        _ffi.step_metadata_device_in(bufs._obj, bufs.arena, bucket, *inputs._args())
+    elif bufs.handle:
         _torch.step_metadata_device_(bufs.arena, bufs.handle, bucket)
     else:
         _ffi.step_metadata_device(bufs._obj, bufs.arena, bucket)
@@ -216,26 +239,38 @@ class RoundGraph:
         _ffi.launch_round_graph(self._obj, self.bufs.arena)
 
 
-def round_graph(bufs: Buffers, bucket: int, step_body: Any) -> RoundGraph:
+def round_graph(bufs: Buffers, bucket: int, step_body: Any, *,
+                inputs: Any = None) -> RoundGraph:
     """Wraps the engine's step body for `bucket` (round_setup_, step_metadata_device_, the
     forward writing bufs.confidence, advance_step_, captured with
     torch.cuda.CUDAGraph(keep_graph=True); or a cudaGraph_t address) into the bucket's round
     graph and instantiates it (uploaded on the current stream). CUDA arenas of device_depth
     plans; host work; not inside a capture. The body may not hold event or host nodes (CUDA
-    refuses them in a conditional body: CaptureFailed names them)."""
+    refuses them in a conditional body: CaptureFailed names them). inputs: the engine's bound
+    inputs (bind_inputs), whose real_batch the condition reads (None bound: every row); start
+    each round with begin_round_ instead of stage_."""
     bucket = _ready(bufs)._bucket(bucket)
     raw = step_body.raw_cuda_graph() if hasattr(step_body, "raw_cuda_graph") else step_body
     raw = _check.index("step_body", raw)
+    inputs = _inputs(inputs)
+    if inputs is not None:
+        return RoundGraph(bufs, _ffi.round_graph_in(bufs._obj, bufs.arena, bucket, raw,
+                                                    *inputs._args()))
     return RoundGraph(bufs, _ffi.round_graph(bufs._obj, bufs.arena, bucket, raw))
 
 
-def continue_condition_host(bufs: Buffers, bucket: int, flag: Any) -> None:
+def continue_condition_host(bufs: Buffers, bucket: int, flag: Any, *,
+                            inputs: Any = None) -> None:
     """CPU arenas of device_depth plans: the round graph's condition kernel, writing 1 (run
     another step) or 0 into flag (int32 [1]), for drivers that emulate the round by looping
-    over the step body on the host. Inline; no stream."""
+    over the step body on the host. inputs: as in round_graph. Inline; no stream."""
     bucket = _ready(bufs)._bucket(bucket)
     flag = _tensor(bufs, "flag", flag)
-    _ffi.continue_condition_host(bufs._obj, bufs.arena, bucket, flag)
+    inputs = _inputs(inputs)
+    if inputs is not None:
+        _ffi.continue_condition_host_in(bufs._obj, bufs.arena, bucket, flag, *inputs._args())
+    else:
+        _ffi.continue_condition_host(bufs._obj, bufs.arena, bucket, flag)
 
 
 def sparse_stage_(bufs: Buffers, stage: SparseStage) -> None:

@@ -48,13 +48,13 @@ except ImportError as _e:  # say what to install, not a bare "No module named 't
 
 from . import _check, _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
-from ._capture import (ROUND, CaptureReport, Forward, GraphTiming, StepBody, failing, graph_keys,
-                       pool_bytes, step_graph_count)
+from ._capture import (ROUND, CaptureReport, Forward, GraphTiming, StepBody, begin_in_place,
+                       failing, graph_keys, pool_bytes, run_device_depth_round, step_graph_count)
 from .buffers import Buffers
 from .csr import CsrOutputs
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
-from .ops import (RoundGraph, check_guards, continue_condition_host, count_violations_,
-                  round_graph, stage_)
+from .inputs import BoundInputs
+from .ops import RoundGraph, check_guards, count_violations_, round_graph, stage_
 
 logger = logging.getLogger("specgraph")
 
@@ -84,6 +84,8 @@ class DraftGraphs:
     round (see specgraph._env). capture_error_mode: passed to torch.cuda.graph. csr_outputs
     (plans with CSR): the engine's kv_indptr / kv_indices from specgraph.bind_csr_outputs, which
     each step's graph writes instead of the arena's CSR buffers (the views then point there).
+    inputs: the engine's static inputs from specgraph.bind_inputs, read in place by every
+    graph (nothing staged per round): start each round with begin_round_ instead of stage_.
     """
 
     def __init__(self, bufs: Buffers, forward: Forward, *, req_to_token: torch.Tensor,
@@ -93,7 +95,8 @@ class DraftGraphs:
                  round_graphs: Optional[bool] = None, checked: Optional[str] = None,
                  capture_error_mode: str = "global",
                  step_graphs: Optional[bool] = None,
-                 csr_outputs: Optional[CsrOutputs] = None) -> None:
+                 csr_outputs: Optional[CsrOutputs] = None,
+                 inputs: Optional[BoundInputs] = None) -> None:
         if not isinstance(bufs, Buffers) or bufs.framework != "torch":
             raise InvalidArgument(
                 "bufs: DraftGraphs needs Buffers over a torch arena: specgraph.buffers(plan, "
@@ -144,7 +147,8 @@ class DraftGraphs:
             raise InvalidArgument(f"checked: {self.checked!r} is not off, async or sync",
                                   field="checked")
         self.capture_error_mode = capture_error_mode
-        self._body = StepBody(bufs, forward, self.req_to_token, csr_outputs)
+        self._body = StepBody(bufs, forward, self.req_to_token, csr_outputs, inputs)
+        self.inputs = self._body.inputs
         self.report: Optional[CaptureReport] = None
         self._graphs: Dict[Tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._rounds: Dict[int, RoundGraph] = {}  # device_depth: bucket -> its round graph
@@ -221,7 +225,8 @@ class DraftGraphs:
                         self._record(bucket, step)
                     if self.device_depth:
                         with torch.cuda.stream(stream):
-                            self._rounds[bucket] = round_graph(self.bufs, bucket, g)
+                            self._rounds[bucket] = round_graph(self.bufs, bucket, g,
+                                                               inputs=self.inputs)
                 timings.append(GraphTiming(bucket, step, time.perf_counter() - t0))
                 self._graphs[(bucket, step)] = g
             torch.cuda.synchronize(self.device)
@@ -275,6 +280,9 @@ class DraftGraphs:
         attention: the bucket of the largest batch across ranks), a captured bucket >= bs;
         None: the smallest >= bs. max_depth (0: num_steps) and min_confidence: the round's
         controls in device_depth mode. No sync; not for use inside a capture."""
+        if self.inputs is not None:
+            raise InvalidArgument("stage_: the inputs are read in place (DraftGraphs(..., "
+                                  "inputs=)): call begin_round_(bucket) instead", field="stage_")
         bs = _check.index("bs", bs)
         if bucket is None and not self.can_run(bs):
             raise InvalidArgument(f"bs: {bs} has no captured bucket (captured: "
@@ -288,6 +296,14 @@ class DraftGraphs:
         self.batch = bs
         self._next_step = 0
         return self.bucket
+
+    def begin_round_(self, bucket: int, max_depth: int = 0,
+                     min_confidence: float = float("-inf")) -> int:
+        """With inputs= bound: the next round replays `bucket` (a captured bucket, e.g. the
+        engine's own padded batch size), reading the engine's static inputs where they are.
+        device_steps / device_depth: also specgraph.begin_round_ (the counters, max_depth,
+        min_confidence). Current stream; no sync; returns the bucket."""
+        return begin_in_place(self, bucket, max_depth, min_confidence)
 
     def replay(self, step: int) -> None:
         """Replays graph(staged bucket, step) on the current stream. Steps run in order 0, 1, ...
@@ -356,21 +372,7 @@ class DraftGraphs:
             self._flag_bucket = self.bucket
 
     def _run_device_depth_round(self) -> None:
-        """One launch of the bucket's round graph; eagerly (CPU arena), the same loop: the body,
-        then the condition kernel into a flag, while it says continue (the body runs at least
-        once, as the WHILE node's initial value is 1)."""
-        if self.bucket == 0:
-            raise InvalidArgument("step: nothing staged (call stage_ first)", field="step")
-        if self.mode == "cuda_graph":
-            self._rounds[self.bucket].launch()
-        else:
-            for _ in range(self.plan.config.num_steps):  # the condition stops by max_depth
-                self._record(self.bucket, 0)
-                continue_condition_host(self.bufs, self.bucket, self._condition)
-                if not int(self._condition[0]):
-                    break
-        self.replays[(self.bucket, 0)] += 1  # the body, looped over by its round graph
-        self._next_step = self.plan.config.num_steps
+        run_device_depth_round(self)
 
     @property
     def depth(self) -> torch.Tensor:

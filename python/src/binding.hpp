@@ -14,6 +14,7 @@
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/object.h>
+#include <tvm/ffi/optional.h>
 #include <tvm/ffi/string.h>
 
 #include <cstdint>
@@ -22,6 +23,8 @@
 #include <utility>
 
 #include "specgraph/buffers.hpp"
+#include "specgraph/csr_ops.hpp"
+#include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/ops.hpp"
@@ -114,6 +117,22 @@ specgraph::draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView&
 // req_to_token checked as the ops read it (int32 [>= pool_rows, max_context_len], contiguous,
 // on the buffers' device); throws invalid_argument naming "req_to_token".
 specgraph::engine_tables tables_of(const buffers_ref& b, const ffi::TensorView& req_to_token);
+
+// ---- CSR outputs and inputs read in place (csr.cpp, inputs.cpp) -----------------------------
+// Throws invalid_argument "formats" for a plan without CSR.
+void check_csr_plan_of(const specgraph::plan& p);
+// The engine's kv_indptr / kv_indices checked against the plan (bind_csr_outputs' checks).
+specgraph::csr_outputs csr_outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
+                                      const ffi::TensorView& kv_indices, const void* arena,
+                                      const ffi::TensorView* req_to_token);
+
+// The engine's static inputs read in place (inputs.cpp), each tensor checked against the plan
+// (dtype, shape, strides, device): invalid_argument names the tensor, its dtype, shape and
+// strides and what is needed.
+specgraph::engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
+                                   const ffi::TensorView& seq_lens,
+                                   const ffi::TensorView& out_cache_loc,
+                                   const ffi::Optional<ffi::Tensor>& real_batch);
 
 // ---- executors --------------------------------------------------------------------------------
 // The executor for work on `device`: the host executor for CPU memory; for CUDA memory a cuda

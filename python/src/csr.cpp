@@ -234,7 +234,8 @@ kv_indices_params host_params(const ffi::TensorView& seq_len, const ffi::TensorV
   p.page_size = int32_arg("page_size", page_size);
   p.window = int32_arg("window", window);
   p.sink = int32_arg("sink", sink);
-  p.max_seq_len = std::max(0, *std::max_element(p.seq_len, p.seq_len + p.batch));
+  const auto* lengths = static_cast<const std::int32_t*>(address_of(seq_len));
+  p.max_seq_len = std::max(0, *std::max_element(lengths, lengths + p.batch));
   p.first_step = 0;
   p.step_count = std::max(p.num_steps, 1);
   p.kv_indptr_stride = static_cast<std::int64_t>(p.batch) * std::max(p.topk, 1) + 1;
@@ -264,7 +265,8 @@ ffi::Array<std::int64_t> kv_indices_used_host(ffi::TensorView seq_len, ffi::Tens
   validate_contents_host(p);
   ffi::Array<std::int64_t> used;
   for (std::int32_t s = 0; s < p.num_steps; ++s) {
-    used.push_back(kv_indices_used(p.seq_len, p.batch, p.topk, p.window, p.sink, s));
+    used.push_back(kv_indices_used(static_cast<const std::int32_t*>(p.seq_len.data), p.batch,
+                                   p.topk, p.window, p.sink, s));
   }
   return used;
 }
@@ -334,6 +336,16 @@ ffi::Array<ffi::Any> kv_indices_run_host(ffi::TensorView seq_len, ffi::TensorVie
 }
 
 }  // namespace
+
+// For inputs.cpp (the CSR ops reading an engine's inputs in place).
+void check_csr_plan_of(const plan& p) {
+  check_csr_plan(p);
+}
+csr_outputs csr_outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
+                           const ffi::TensorView& kv_indices, const void* arena,
+                           const ffi::TensorView* req_to_token) {
+  return outputs_of(b, kv_indptr, kv_indices, arena, req_to_token);
+}
 
 TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;

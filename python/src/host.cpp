@@ -125,7 +125,8 @@ ffi::Array<ffi::Any> expand_page_table_host(ffi::TensorView cache_loc,
     row.batch = 1;
     row.topk = 1;
     row.last_page_len = p.last_page_len + r / p.topk;
-    row.cache_loc = p.cache_loc + r * p.cache_loc_stride;
+    row.cache_loc =
+        static_cast<const std::int64_t*>(address_of(cache_loc)) + r * p.cache_loc_stride;
     row.page_table = p.page_table + r * p.page_table_stride;
     row.cache_seqlen = p.cache_seqlen + r;
     row.guard = &g;

@@ -42,7 +42,8 @@ void fuzz_prefix(reader& in, path how) {
   if (small) {
     specgraph::prefix_params probe = p;
     static std::int32_t dummy[1];
-    probe.req_to_token = probe.req_pool_index = probe.seq_len = dummy;
+    probe.req_to_token = dummy;
+    probe.req_pool_index = probe.seq_len = dummy;
     probe.last_page_len = probe.prefix_seqlen = probe.page_table = probe.cu_seqlens_q = dummy;
     probe.guard = reinterpret_cast<guard_word*>(dummy);
     try {

@@ -103,7 +103,8 @@ void run(reader& in) {
     static std::int32_t dummy[1];
     static std::int64_t dummy64[1];
     kv_indices_params probe = p;
-    probe.req_to_token = probe.req_pool_index = probe.seq_len = probe.kv_indptr = dummy;
+    probe.req_to_token = probe.kv_indptr = dummy;
+    probe.req_pool_index = probe.seq_len = dummy;
     probe.kv_indices_i64 = dummy64;
     probe.guard = reinterpret_cast<guard_word*>(dummy64);
     try {

@@ -1,0 +1,87 @@
+"""Inputs read in place (docs/engines.md, "Inputs read in place").
+
+An engine's draft graph runner already keeps static input tensors for every captured batch size.
+Bound once, the round's ops read them where they are (pointer, dtype and strides baked into a
+capture), so nothing is copied per round and stage_ is not needed:
+
+    inputs = specgraph.bind_inputs(bufs, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
+                                   out_cache_loc=out_cache_loc.view(max_bs, topk, -1))
+    specgraph.begin_round_(bufs)                 # device_steps / device_depth plans only
+    specgraph.round_setup_(bufs, bucket, req_to_token, inputs=inputs)
+    specgraph.step_metadata_(bufs, bucket, step, inputs=inputs)
+
+The values are checked on the device as staged ones are (each loaded as int64 and range-checked
+before it is narrowed): a bad value refuses its row, which is written as a padding row and
+counted in the guard words (check_guards names it); nothing is written out of bounds.
+
+| function      | stream  | synchronises | capture-safe |
+|---------------|---------|--------------|--------------|
+| bind_inputs   | none (host checks) | no | yes       |
+| begin_round_  | current | no           | yes (the values are baked in) |
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Tuple
+
+from . import _check, _ffi
+from . import ops as _ops
+from .buffers import Buffers
+
+
+class BoundInputs(NamedTuple):
+    """The engine's static inputs, checked once by bind_inputs (the tensors are kept alive)."""
+
+    req_pool_indices: Any  # int32 or int64 [>= max bucket], any element stride
+    seq_lens: Any  # int32 or int64 [>= max bucket], any element stride
+    out_cache_loc: Any  # int64 or int32 [>= max bucket, topk, >= num_steps], any strides
+    real_batch: Optional[Any]  # int32 [1] the engine writes each round, or None
+
+    def _args(self) -> Tuple[Any, Any, Any, Optional[Any]]:
+        return self.req_pool_indices, self.seq_lens, self.out_cache_loc, self.real_batch
+
+
+def bind_inputs(bufs: Buffers, *, req_pool_indices: Any, seq_lens: Any, out_cache_loc: Any,
+                real_batch: Optional[Any] = None) -> BoundInputs:
+    """Checks the engine's static input tensors against the plan once and returns them bound,
+    for the ops' inputs= keyword and DraftGraphs(..., inputs=).
+
+    req_pool_indices, seq_lens: int32 or int64, 1-D with at least the largest bucket's
+    elements, at any (non-negative) element stride. out_cache_loc: int64 or int32
+    [>= largest bucket, topk, >= num_steps] at any strides (SGLang's flat buffer:
+    out_cache_loc.view(max_bs, topk, -1)). real_batch: an int32 [1] the engine writes with each
+    round's real batch, or None: every row of the replayed bucket is then treated as real
+    (engines that pad their own rows with pool row 0, seq_len 1 and slots 0, specgraph's
+    padding row), and the checked-mode branch-layout check does not run. All on the arena's
+    device; they must not move or change strides while captured graphs read them.
+
+    Refused with InvalidArgument naming the tensor, its dtype, shape and strides and what is
+    needed. Host work only; nothing is read or written.
+    """
+    _ops._ready(bufs)
+    pool = _ops._tensor(bufs, "req_pool_indices", req_pool_indices)
+    seq = _ops._tensor(bufs, "seq_lens", seq_lens)
+    slots = _ops._tensor(bufs, "out_cache_loc", out_cache_loc)
+    rb = None if real_batch is None else _ops._tensor(bufs, "real_batch", real_batch)
+    _ffi.inputs_check(bufs._obj, pool, seq, slots, rb)
+    return BoundInputs(pool, seq, slots, rb)
+
+
+def _bound(inputs: Any) -> BoundInputs:
+    if not isinstance(inputs, BoundInputs):
+        raise TypeError("inputs: expected specgraph.BoundInputs (from bind_inputs) or None, got "
+                        f"{_check.type_name(inputs)}")
+    return inputs
+
+
+def begin_round_(bufs: Buffers, max_depth: int = 0,
+                 min_confidence: float = float("-inf")) -> None:
+    """Starts a round whose inputs are read in place, in device_steps / device_depth plans:
+    resets the device step counter and the WHILE iteration count to 0 and writes the round's
+    max_depth (0: num_steps, else 1..num_steps) and min_confidence, and nothing else (no input
+    copy). Call it before the round's first replay. One kernel on the current stream; no sync;
+    capture-safe (the values are baked into a capture)."""
+    _ops._ready(bufs)
+    max_depth = _check.index("max_depth", max_depth)
+    min_confidence = _check.real("min_confidence", min_confidence)
+    _ffi.begin_round(bufs._obj, bufs.arena, max_depth, min_confidence)

@@ -1,0 +1,198 @@
+// The Python extension's inputs read in place (engine_inputs.hpp): an engine's own static input
+// tensors (req_pool_indices, seq_lens, out_cache_loc, optionally real_batch) checked once by
+// inputs_check, then passed with every op call, which reads them where they are (any int32 /
+// int64 dtype and strides, baked into a capture). As in ops.cpp, the arena tensor is an argument
+// of every op so that tvm-ffi sets torch's current stream for the call.
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/optional.h>
+#include <tvm/ffi/reflection/registry.h>
+
+#include <cstdint>
+#include <string>
+
+#include "python/src/binding.hpp"
+#include "specgraph/csr_ops.hpp"
+#include "specgraph/engine_inputs.hpp"
+
+namespace specgraph::python {
+namespace {
+
+std::string describe_strides(const ffi::TensorView& t) {
+  std::string s = "(";
+  for (int i = 0; i < t.ndim(); ++i) s += (i ? ", " : "") + std::to_string(t.stride(i));
+  return s + (t.ndim() == 1 ? ",)" : ")");
+}
+
+// "int64 [8] stride (2,) on cpu": what a refusal says about the tensor it refuses.
+std::string describe_tensor(const ffi::TensorView& t) {
+  return describe_dtype(t.dtype()) + " " + describe_shape(t) + " stride " + describe_strides(t) +
+         " on " + describe_device(t.device());
+}
+
+index_type int_type_of(const char* field, const ffi::TensorView& t, const std::string& needed) {
+  const DLDataType dt = t.dtype();
+  const bool ok = dt.code == kDLInt && (dt.bits == 32 || dt.bits == 64) && dt.lanes == 1;
+  SPECGRAPH_EXPECTS(ok, field, describe_tensor(t) + ", expected " + needed);
+  return dt.bits == 64 ? index_type::int64 : index_type::int32;
+}
+
+void on_device(const char* field, const ffi::TensorView& t, const buffers_ref& b,
+               const std::string& needed) {
+  const DLDevice d = t.device();
+  SPECGRAPH_EXPECTS(d.device_type == b->device.device_type && d.device_id == b->device.device_id,
+                    field,
+                    describe_tensor(t) + ", expected " + needed + " on the arena's device " +
+                        describe_device(b->device));
+  SPECGRAPH_EXPECTS(t.data_ptr() != nullptr, field, describe_tensor(t) + ": no memory");
+  for (int i = 0; i < t.ndim(); ++i) {
+    SPECGRAPH_EXPECTS(t.stride(i) >= 0, field,
+                      describe_tensor(t) + ": a negative stride, expected " + needed);
+  }
+}
+
+engine_index index_of(const char* field, const ffi::TensorView& t, const buffers_ref& b) {
+  const std::int64_t rows = b->plan->max_bucket();
+  const std::string needed = "int32 or int64 [>= " + std::to_string(rows) +
+                             "] (one element per request of the largest bucket)";
+  const index_type type = int_type_of(field, t, needed);
+  SPECGRAPH_EXPECTS(t.ndim() == 1 && t.size(0) >= rows, field,
+                    describe_tensor(t) + ", expected " + needed);
+  on_device(field, t, b, needed);
+  engine_index e;
+  e.data = address_of(t);
+  e.type = type;
+  e.stride = t.stride(0);
+  return e;
+}
+
+engine_slots slots_of(const ffi::TensorView& t, const buffers_ref& b) {
+  const draft_config& c = b->plan->config;
+  const std::string needed = "int64 or int32 [>= " + std::to_string(b->plan->max_bucket()) +
+                             ", topk " + std::to_string(c.topk) + ", >= num_steps " +
+                             std::to_string(c.num_steps) +
+                             "] ([bs][topk][slots]; view a flat buffer with .view(max_bs, topk, "
+                             "-1))";
+  const index_type type = int_type_of("out_cache_loc", t, needed);
+  SPECGRAPH_EXPECTS(t.ndim() == 3 && t.size(0) >= b->plan->max_bucket() && t.size(1) == c.topk &&
+                        t.size(2) >= c.num_steps,
+                    "out_cache_loc", describe_tensor(t) + ", expected " + needed);
+  on_device("out_cache_loc", t, b, needed);
+  engine_slots s;
+  s.data = address_of(t);
+  s.type = type;
+  s.request_stride = t.stride(0);
+  s.branch_stride = t.stride(1);
+  s.slot_stride = t.stride(2);
+  s.slots = t.size(2);
+  return s;
+}
+
+}  // namespace
+
+engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
+                        const ffi::TensorView& seq_lens, const ffi::TensorView& out_cache_loc,
+                        const ffi::Optional<ffi::Tensor>& real_batch) {
+  engine_inputs in;
+  in.req_pool_index = index_of("req_pool_indices", req_pool_indices, b);
+  in.seq_len = index_of("seq_lens", seq_lens, b);
+  in.out_cache_loc = slots_of(out_cache_loc, b);
+  if (real_batch.has_value()) {
+    const ffi::Tensor held = real_batch.value();
+    const ffi::TensorView t(held);
+    const std::string needed = "int32 [1]";
+    const DLDataType dt = t.dtype();
+    SPECGRAPH_EXPECTS(dt.code == kDLInt && dt.bits == 32 && dt.lanes == 1 && t.numel() == 1,
+                      "real_batch", describe_tensor(t) + ", expected " + needed);
+    on_device("real_batch", t, b, needed);
+    in.real_batch = static_cast<const std::int32_t*>(address_of(t));
+  }
+  check_engine_inputs(*b->plan, in);
+  return in;
+}
+
+namespace {
+
+using opt_tensor = ffi::Optional<ffi::Tensor>;
+
+void inputs_check(buffers_ref b, ffi::TensorView req_pool_indices, ffi::TensorView seq_lens,
+                  ffi::TensorView out_cache_loc, opt_tensor real_batch) {
+  (void)inputs_of(b, req_pool_indices, seq_lens, out_cache_loc, real_batch);
+}
+
+void begin_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t max_depth,
+                    double min_confidence) {
+  const draft_buffers bufs = buffers_of(b, arena);
+  begin_round(executor_for(b->device), bufs, int32_arg("max_depth", max_depth),
+              static_cast<float>(min_confidence));
+}
+
+void round_setup_in(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
+                    ffi::TensorView req_to_token, ffi::TensorView pool, ffi::TensorView seq,
+                    ffi::TensorView slots, opt_tensor real_batch) {
+  op_range r(op_id::round_setup);
+  const draft_buffers bufs = buffers_of(b, arena);
+  setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
+              tables_of(b, req_to_token), inputs_of(b, pool, seq, slots, real_batch));
+}
+
+void step_metadata_in(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, std::int64_t step,
+                      ffi::TensorView pool, ffi::TensorView seq, ffi::TensorView slots,
+                      opt_tensor real_batch) {
+  op_range r(op_id::step_metadata);
+  const draft_buffers bufs = buffers_of(b, arena);
+  step_metadata(executor_for(b->device), bufs, int32_arg("bucket", bucket), int32_arg("step", step),
+                inputs_of(b, pool, seq, slots, real_batch));
+}
+
+void step_metadata_device_in(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
+                             ffi::TensorView pool, ffi::TensorView seq, ffi::TensorView slots,
+                             opt_tensor real_batch) {
+  op_range r(op_id::step_metadata_device);
+  const draft_buffers bufs = buffers_of(b, arena);
+  step_metadata_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket),
+                               inputs_of(b, pool, seq, slots, real_batch));
+}
+
+// The CSR ops (kind 0: csr_step_indices, 1: csr_round_indices, 2: csr_indices_at_device_step)
+// reading the inputs in place, into the arena or, when both are given, the engine's outputs.
+void csr_in(buffers_ref b, ffi::TensorView arena, std::int64_t kind, std::int64_t bucket,
+            std::int64_t step, ffi::TensorView req_to_token, ffi::TensorView pool,
+            ffi::TensorView seq, ffi::TensorView slots, opt_tensor real_batch, opt_tensor kv_indptr,
+            opt_tensor kv_indices) {
+  op_range r(kind == 0   ? op_id::csr_step_indices
+             : kind == 1 ? op_id::csr_round_indices
+                         : op_id::csr_indices_device);
+  const draft_buffers bufs = buffers_of(b, arena);
+  check_csr_plan_of(*b->plan);
+  const engine_tables tables = tables_of(b, req_to_token);
+  const engine_inputs in = inputs_of(b, pool, seq, slots, real_batch);
+  executor& ex = executor_for(b->device);
+  const std::int32_t at = int32_arg("bucket", bucket);
+  if (kv_indptr.has_value() && kv_indices.has_value()) {
+    const ffi::Tensor indptr_held = kv_indptr.value(), indices_held = kv_indices.value();
+    const ffi::TensorView indptr(indptr_held), indices(indices_held);
+    const csr_outputs out = csr_outputs_of(b, indptr, indices, bufs.base(), &req_to_token);
+    if (kind == 0) csr_step_indices(ex, bufs, at, int32_arg("step", step), tables, out, in);
+    if (kind == 1) csr_round_indices(ex, bufs, at, tables, out, in);
+    if (kind == 2) csr_indices_at_device_step(ex, bufs, at, tables, out, in);
+    return;
+  }
+  if (kind == 0) csr_step_indices(ex, bufs, at, int32_arg("step", step), tables, in);
+  if (kind == 1) csr_round_indices(ex, bufs, at, tables, in);
+  if (kind == 2) csr_indices_at_device_step(ex, bufs, at, tables, in);
+}
+
+}  // namespace
+
+TVM_FFI_STATIC_INIT_BLOCK() {
+  namespace refl = tvm::ffi::reflection;
+  refl::GlobalDef()
+      .def("specgraph.inputs_check", checked<&inputs_check>::call)
+      .def("specgraph.begin_round", checked<&begin_round_op>::call)
+      .def("specgraph.round_setup_in", checked<&round_setup_in>::call)
+      .def("specgraph.step_metadata_in", checked<&step_metadata_in>::call)
+      .def("specgraph.step_metadata_device_in", checked<&step_metadata_device_in>::call)
+      .def("specgraph.csr_in", checked<&csr_in>::call);
+}
+
+}  // namespace specgraph::python
