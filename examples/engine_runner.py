@@ -5,8 +5,9 @@ Shaped like the draft CUDA graph runner of an engine such as SGLang: the runner 
 input tensors sized for the largest batch (req_pool_indices int64 [max_bs], seq_lens int64
 [max_bs], out_cache_loc int64 [max_bs][topk][S]), captures one graph per batch size with its own
 torch.cuda.graph and memory pool, and each graph holds the whole draft round: S - 1 draft
-forwards over slot rows S wide. specgraph writes the attention metadata inside those graphs:
-the FA3-style tables (prefix and expand page tables, sequence lengths) and the CSR indices
+forwards over slot rows S wide. specgraph writes the attention metadata inside those graphs,
+reading the runner's static inputs in place (bound once; nothing is copied per round): the
+FA3-style tables (prefix and expand page tables, sequence lengths) and the CSR indices
 (kv_indptr / kv_indices, into the runner's own buffers). Each round replays the bucket of the
 "all-reduced" batch (under data-parallel attention, the largest batch across ranks), some rounds
 on an idle rank (a real batch of 0).
@@ -66,9 +67,9 @@ def parse(argv=None):
 
 class SpecgraphDraftMetadata:
     """What replaces the attention backend's per-step draft metadata: one specgraph plan sized
-    from the runner's own numbers, the FA3 tables in its arena, the CSR indices written into
-    the runner's own kv_indptr / kv_indices. Every method but __init__ only enqueues work on
-    the current stream (capture-safe)."""
+    from the runner's own numbers, reading the runner's static inputs in place, the FA3 tables
+    in its arena, the CSR indices written into the runner's own kv_indptr / kv_indices. Every
+    method but __init__ only enqueues work on the current stream (capture-safe)."""
 
     def __init__(self, runner):
         r, dev = runner, runner.device
@@ -88,30 +89,28 @@ class SpecgraphDraftMetadata:
         kv_indices = torch.zeros(r.S - 1, plan.layout["csr_capacity"][-1], dtype=torch.int64,
                                  device=dev)
         self.csr = specgraph.bind_csr_outputs(self.bufs, kv_indptr, kv_indices)
+        # The runner's static inputs, bound once and read in place by every op (nothing is
+        # copied per round). real_batch=None: every row of the replayed bucket is read as
+        # real, so the runner pads its rows past the batch, as it does for its own forward.
+        self.inputs = specgraph.bind_inputs(self.bufs, req_pool_indices=r.req_pool_indices,
+                                            seq_lens=r.seq_lens, out_cache_loc=r.out_cache_loc)
         # What each step's forward reads, per (bucket, step): views, made once.
         self.views = {(b, s): (self.bufs.view(b, s),
                                specgraph.csr.step_csr_views(self.bufs, b, s, self.csr))
                       for b in r.capture_bs for s in range(r.S - 1)}
         self.runner = r
 
-    def stage(self, bs, bucket):
-        """Eager, before the replay: the round's real batch and the caller's bucket. Today the
-        runner's static inputs are copied into the arena (one kernel); read in place, this
-        becomes a no-op."""
-        r = self.runner
-        specgraph.stage_(self.bufs, bs, r.req_pool_indices, r.seq_lens, r.out_cache_loc,
-                         bucket=bucket)
-
     def round_setup(self, bucket):
         """In the graph, before the first forward: the prefix table and lengths (step
-        invariant) and every step's CSR indices, one launch each."""
-        specgraph.round_setup_(self.bufs, bucket, self.req_to_token)
-        specgraph.csr_round_indices_(self.bufs, bucket, self.req_to_token, out=self.csr)
+        invariant) and every step's CSR indices, one launch each, from the runner's inputs."""
+        specgraph.round_setup_(self.bufs, bucket, self.req_to_token, inputs=self.inputs)
+        specgraph.csr_round_indices_(self.bufs, bucket, self.req_to_token, out=self.csr,
+                                     inputs=self.inputs)
 
     def step(self, bucket, step):
         """In the graph, before the step's forward: the step's expand table. Returns the
         (FA3 view, (kv_indptr, kv_indices)) the forward reads."""
-        specgraph.step_metadata_(self.bufs, bucket, step)
+        specgraph.step_metadata_(self.bufs, bucket, step, inputs=self.inputs)
         return self.views[bucket, step]
 
 
@@ -177,7 +176,6 @@ class EagleDraftRunner:
         self.seq_lens[bs:bucket].fill_(1)
         self.out_cache_loc[bs:bucket].zero_()
         self.tokens[0, bs * k:bucket * k].zero_()
-        self.meta.stage(bs, bucket)
 
     def replay(self, bs, world_batch, pool, seq, slots, first_tokens):
         """One draft round of `bs` real requests in the bucket of `world_batch` (the batch
@@ -241,7 +239,8 @@ def main(argv=None):
         model.free_pages(used)
     ok = max(worst.values()) <= tol
     print(f"rounds: {a.rounds} ({idle} idle, {padded} padded: a bucket above the real batch), "
-          f"{1e3 * spent / a.rounds:.3f} ms per round (host-timed, staging and replay)")
+          f"{1e3 * spent / a.rounds:.3f} ms per round (host-timed: the copy into the runner's "
+          f"static inputs and the replay)")
     print(f"checked: every real row and draft step against a float64 dense reference, max "
           f"relative error FA3 tables {worst['fa3']:.2e}, CSR indices {worst['csr']:.2e} "
           f"(tolerance {tol:.0e}); rows past the bucket untouched; KV written only at the "

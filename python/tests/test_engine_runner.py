@@ -1,9 +1,9 @@
 """examples/engine_runner.py (an engine's own draft graph runner with specgraph wired in): the
 example runs as pasted on the CPU and passes its own checks, and its runner, driven round by
-round here, matches references that share no code with it or with specgraph: the FA3 tables
-(reference.py), the CSR indices (csr_reference.py) and the attention outputs (a dense float64
-model below, keys gathered by position), with poisoned outputs, a padded bucket and an idle
-round. On a GPU (the GPU check) the same rounds run through the captured graphs. Without torch
+round here (its static inputs read in place: the arena's input copies stay untouched), matches
+references that share no code with it or with specgraph: the FA3 tables (reference.py), the
+CSR indices (csr_reference.py) and the attention outputs (a dense float64 model below, keys
+gathered by position), with poisoned outputs, a padded bucket and an idle round. On a GPU (the GPU check) the same rounds run through the captured graphs. Without torch
 (CI) only the example's own message is checked; the other tests skip."""
 
 from __future__ import annotations
@@ -107,6 +107,9 @@ def run_rounds(device):
             out.fill_(float("nan"))
         kv_indptr.fill_(-7)
         kv_indices.fill_(-7)
+        staged_copies = (bufs.req_pool_index, bufs.seq_len, bufs.out_cache_loc)
+        for x in staged_copies:  # the arena's input copies: read in place, nothing lands there
+            x.fill_(-3)
         drafts = [slots[q * S + j] for q in range(bs * topk) for j in range(steps)]
         for cache in (model.k_cache, model.v_cache):  # a finite poison: a reused page may
             cache[drafts] = 12345.0  # already hold the value a draft token writes there
@@ -116,6 +119,7 @@ def run_rounds(device):
         want_bucket = next(b for b in (1, 2, 4, 8) if b >= world)
         assert bucket == want_bucket, (bs, world, bucket)
         specgraph.check_guards(bufs)  # no refused store, no bad input read
+        assert all(bool((x == -3).all()) for x in staged_copies), "inputs were copied"
         n_rows = bucket * topk
 
         # The FA3 tables every step's forward read, against reference.py.
