@@ -33,6 +33,8 @@ from .ops import (GuardWord, RoundGraph, SparseStage, advance_step_, check_guard
                   round_graph, round_setup_, sparse_stage_, sparse_stages, stage_,
                   step_metadata_, step_metadata_device_)
 from .plan import BufferSpec, EngineSizing, Plan, make_plan
+from .verify import (VerifyCapacity, VerifyFa3, VerifyFlashInfer, VerifyOutputs,
+                     verify_capacities, verify_metadata_, verify_outputs, verify_violations)
 
 _version, _no_cuda_reason, _has_nvtx, _built_with_cuda = _ffi.build_info()
 __version__: str = str(_version)
@@ -69,5 +71,7 @@ __all__ = [
     "stage_", "step_metadata_", "step_metadata_device_", "advance_step_", "RoundGraph",
     "round_graph", "continue_condition_host", "CsrOutputs", "bind_csr_outputs",
     "csr_step_indices_", "csr_round_indices_", "csr_indices_device_",
-    "BoundInputs", "bind_inputs", "begin_round_",
+    "BoundInputs", "bind_inputs", "begin_round_", "VerifyCapacity",
+    "VerifyFa3", "VerifyFlashInfer", "VerifyOutputs", "verify_capacities", "verify_metadata_",
+    "verify_outputs", "verify_violations",
 ]

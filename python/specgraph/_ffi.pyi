@@ -105,3 +105,15 @@ def kv_indices_run_host(seq_len: Tensor, req_pool_index: Tensor, req_to_token: T
                         sink: int, slot_limit: int, kv_indptr: Tensor, kv_indices: Tensor,
                         capacity: Sequence[int]) -> List[List[int]]:
     """Host arrays: every step into row s; each step's guard word."""
+
+# ---- target-verify metadata (verify.cpp) -----------------------------------------------------
+def verify_metadata(req_to_token: Tensor, req_pool_index: Tensor, seq_len: Tensor,
+                    custom_mask: Tensor, draft_tokens: int, page_size: int, max_seq_len: int,
+                    real_batch: int, mask_exact: bool, slot_limit: int, prefix_capacity: int,
+                    kv_indices_capacity: int, packed_mask_capacity: int, fa3: List[Tensor],
+                    flashinfer: List[Tensor], guard: Tensor, scratch: Any) -> None:
+    """fa3: 8 tensors or none, flashinfer: 7 or none; scratch None on the host. Host checks
+    first; CUDA: enqueued on the environment stream; CPU: the host twin."""
+def verify_capacities(batch: int, max_seq_len: int, draft_tokens: int,
+                      page_size: int) -> List[int]:
+    """[prefix columns, kv_indices, packed mask bytes, mask cells, scratch words]."""

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict
 import torch
 
 from . import _check, _ffi, ops
+from . import verify as _verify
 from .errors import InvalidArgument
 
 # handle -> (the Buffers' C++ object, the plan's bytes, the arena's address, its storage, the
@@ -62,6 +63,14 @@ SCHEMAS = {
     "csr_indices_device_out_": "csr_indices_device_out_(Tensor(a!) arena, int handle, "
                                "int bucket, Tensor req_to_token, Tensor(b!) kv_indptr, "
                                "Tensor(c!) kv_indices) -> ()",
+    # Target-verify metadata (specgraph.verify) into the caller's tensors: the FA3 set (8 or
+    # none), the FlashInfer set (7 or none), the guard words and the optional scratch.
+    "verify_metadata_": "verify_metadata_(Tensor req_to_token, Tensor req_pool_indices, "
+                        "Tensor seq_lens, Tensor custom_mask, int draft_tokens, int page_size, "
+                        "int max_seq_len, int real_batch, bool mask_exact, int slot_limit, "
+                        "int prefix_capacity, int kv_indices_capacity, "
+                        "int packed_mask_capacity, Tensor(a!)[] fa3, Tensor(b!)[] flashinfer, "
+                        "Tensor(c!) guard, Tensor(d!)[] scratch) -> ()",
 }
 
 
@@ -134,6 +143,7 @@ _IMPLS = {
     "csr_round_indices_out_": _on_arena(_ffi.csr_round_indices_out),
     "csr_indices_device_": _on_arena(_ffi.csr_indices_device),
     "csr_indices_device_out_": _on_arena(_ffi.csr_indices_device_out),
+    "verify_metadata_": _verify._torch_impl,
 }
 
 _lib = torch.library.Library("specgraph", "DEF")

@@ -220,3 +220,90 @@ def draft_kv_indices(seq_len: Any, req_pool_index: Any, req_to_token: Any, *, to
     violations = {s: _violation(w) for s, w in enumerate(words) if int(w[0])}
     return KvIndicesResult(indptr, [indices[s, :k].copy() for s, k in enumerate(kept)], used,
                            violations)
+
+
+def verify(page_size: int, num_draft_tokens: int, seq_len: Any, req_pool_index: Any,
+           req_to_token: Any, custom_mask: Any, *, real_batch: Optional[int] = None,
+           prefix_capacity: Optional[int] = None, kv_indices_capacity: Optional[int] = None,
+           packed_mask_capacity: Optional[int] = None) -> Dict[str, Any]:
+    """`specgraph metadata verify` in Python (docs/verify.md section 8): both verify layouts of
+    one case as the CLI's JSON object (nested dicts and lists; json.dumps(..., separators=(",",
+    ":")) prints what the CLI prints). custom_mask: 0/1 cells of the real requests' blocks;
+    capacities as the CLI's keys (default: what the batch uses; a short one refuses stores,
+    listed in "violations"). Bad input raises InvalidArgument naming the field (the CLI exits 2).
+    Host only; runs the kernels' host twin."""
+    np = require("numpy", "specgraph.metadata.verify")
+    from .verify import VerifyFa3, VerifyFlashInfer, VerifyOutputs, verify_violations
+
+    ps = _check.index("page_size", page_size)
+    d = _check.int_in("num_draft_tokens", num_draft_tokens, 1, 1 << 10)
+    seq = _int_array("seq_len", seq_len, "int32", np).reshape(-1)
+    pool = _int_array("req_pool_index", req_pool_index, "int32", np).reshape(-1)
+    if seq.size == 0:
+        raise InvalidArgument("seq_len: empty (batch must be >= 1)", field="seq_len")
+    if pool.size != seq.size:
+        raise InvalidArgument(f"req_pool_index: {pool.size} entries, expected one per request, "
+                              f"{seq.size}", field="req_pool_index")
+    for r, n in enumerate(seq.tolist()):  # before any size is derived from them
+        if n < 1:
+            raise InvalidArgument(f"seq_len[{r}]: {n} is below the minimum 1",
+                                  field=f"seq_len[{r}]")
+    table = _int_array("req_to_token", req_to_token, "int32", np)
+    if table.ndim != 2 or table.size == 0:
+        raise InvalidArgument(f"req_to_token: shape {list(table.shape)}, expected [rows >= 1, "
+                              "width >= 1]", field="req_to_token")
+    mask = _int_array("custom_mask", custom_mask, "int64", np).reshape(-1)
+    off = np.flatnonzero((mask != 0) & (mask != 1))
+    if off.size:
+        i = int(off[0])
+        raise InvalidArgument(f"custom_mask[{i}]: {int(mask[i])} is not 0 or 1",
+                              field=f"custom_mask[{i}]")
+    mask = mask.astype(np.uint8)
+    bs, m = int(seq.size), max(1, int(seq.max()))
+    rb = bs if real_batch is None else _check.int_in("real_batch", real_batch, 1, bs)
+    kv_used = int((seq.astype(np.int64) + d).sum())
+    bytes_used = int(((d * (seq.astype(np.int64) + d) + 7) // 8).sum())
+    caps = []
+    for field, v, default in (("prefix_capacity", prefix_capacity, -(-m // max(ps, 1))),
+                              ("kv_indices_capacity", kv_indices_capacity, kv_used),
+                              ("packed_mask_capacity", packed_mask_capacity, bytes_used)):
+        caps.append(default if v is None else _check.int_in(field, v, 0, (1 << 31) - 1))
+    cap, kv_kept, bytes_kept = caps[0], min(kv_used, caps[1]), min(bytes_used, caps[2])
+    rows = bs * d
+
+    def z(*shape: int, u8: bool = False) -> Any:
+        return np.zeros(shape, dtype=np.uint8 if u8 else np.int32)
+
+    fa3 = VerifyFa3(z(bs, max(cap, 1)), z(bs), z(bs + 1), z(bs + 1), z(rows, d), z(rows),
+                    z(rows + 1), z(rows + 1))
+    fi = VerifyFlashInfer(z(bs + 1), z(bs + 1), z(max(kv_kept, 1)), z(bs), z(bs + 1),
+                          z(max(bytes_kept, 1), u8=True), z(bs + 1))
+    out = VerifyOutputs(fa3, fi, z(3, 10))
+    if not mask.size:  # every real request has D * (1 + D) cells at least
+        need = int((d * (seq[:rb].astype(np.int64) + d)).sum())
+        raise InvalidArgument(f"custom_mask: 0 cells, the formula sum(D * (seq_len + D)) over "
+                              f"the real requests gives {need}", field="custom_mask")
+    # A capacity past what the batch uses binds nothing: the buffers hold what is kept.
+    _ffi.verify_metadata(table, pool, seq, mask, d, ps, m, rb, True, _check.INT64_MAX, cap,
+                         kv_kept, bytes_kept, list(fa3), list(fi), out.guard, None)
+    violations = [{"kind": v.kind, "kernel": v.kernel, "row": v.row, "column": v.column,
+                   "capacity": v.capacity, "value": v.value, "count": v.violations}
+                  for v in verify_violations(out.guard)]
+    return {
+        "fa3": {
+            "prefix": {"page_table": fa3.prefix_page_table[:, :cap].tolist(),
+                       "cache_seqlen": fa3.prefix_cache_seqlen.tolist(),
+                       "cu_seqlens_q": fa3.prefix_cu_seqlens_q.tolist(),
+                       "cu_seqlens_k": fa3.prefix_cu_seqlens_k.tolist(), "max_seqlen_q": d},
+            "expand": {"page_table": fa3.expand_page_table.tolist(),
+                       "cache_seqlen": fa3.expand_cache_seqlen.tolist(),
+                       "cu_seqlens_q": fa3.expand_cu_seqlens_q.tolist(),
+                       "cu_seqlens_k": fa3.expand_cu_seqlens_k.tolist(), "max_seqlen_q": 1}},
+        "flashinfer": {"qo_indptr": fi.qo_indptr.tolist(), "kv_indptr": fi.kv_indptr.tolist(),
+                       "kv_indices": fi.kv_indices[:kv_kept].tolist(),
+                       "kv_last_page_len": fi.kv_last_page_len.tolist(),
+                       "mask_indptr": fi.mask_indptr.tolist(),
+                       "packed_mask_indptr": fi.packed_mask_indptr.tolist(),
+                       "packed_mask": fi.packed_mask[:bytes_kept].tolist()},
+        "violations": violations,
+    }

@@ -1,5 +1,5 @@
-"""The Python examples of README.md, docs/python.md and docs/engines.md, run from the
-documents' own text.
+"""The Python examples of README.md, docs/python.md, docs/engines.md and docs/verify.md, run
+from the documents' own text.
 
 Every ```python block there is marked: `<!-- tested: ... -->` on the line before it (run here,
 as pasted, in a fresh interpreter; when a ```text block follows it, that is the output it must
@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, need_torch
 
-DOCS = ["README.md", "docs/python.md", "docs/engines.md"]
+DOCS = ["README.md", "docs/python.md", "docs/engines.md", "docs/verify.md"]
 FENCE = re.compile(r"^```(\w*)\s*$")
 
 

@@ -1,0 +1,265 @@
+"""Target-verify metadata of a draft tree (docs/verify.md) written into the caller's tensors: the
+FA3 cascade tables (prefix + expand) and/or FlashInfer's indices and bit-packed mask.
+
+    out = specgraph.verify_outputs(max_batch, max_seq_len, D, page_size, device="cuda")
+    specgraph.verify_metadata_(out, req_to_token, req_pool_indices, seq_lens, custom_mask,
+                               draft_tokens=D, page_size=page_size, max_seq_len=max_seq_len)
+    out.fa3.expand_page_table, out.flashinfer.packed_mask, ...   # the tensors written
+
+or over the engine's own buffers: VerifyOutputs(fa3=VerifyFa3(*eight tensors),
+flashinfer=VerifyFlashInfer(*seven tensors), guard=int32 [3, 10]); either set may be None.
+
+`seq_lens` count the committed prefix WITHOUT the D verify tokens; `custom_mask` is the engine's
+full layout (one byte a cell, the real requests' blocks back to back). Every argument and buffer
+is checked on the host first (InvalidArgument naming the buffer, its size and the size needed;
+nothing written). On CUDA tensors the kernels are enqueued on torch's current stream (no
+synchronisation, no allocation but the scratch tensor, which under torch.cuda.graph lands in the
+graph's pool: capture-safe); on host memory (numpy, CPU tensors) the host twin runs after every
+content is checked, the mask's length included (a seq_len that already counts the D verify
+tokens is refused by name). With torch tensors the call goes through
+torch.ops.specgraph.verify_metadata_ (a custom op with a fake implementation).
+
+| function               | stream  | synchronises | capture-safe |
+|------------------------|---------|--------------|--------------|
+| verify_metadata_       | current | no           | yes (CUDA)   |
+| verify_outputs         | none (allocates) | no  | no           |
+| verify_violations      | reads the guard back | yes (CUDA) | no |
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, List, NamedTuple, Optional
+
+from . import _check, _ffi
+from ._deps import require
+from .errors import InvalidArgument
+from .metadata import Violation, _int_array, _violation
+
+INT32_MAX = (1 << 31) - 1
+GUARD_SHAPE = (3, 10)  # three guard words of 40 bytes: bad input / prefix table, kv, mask
+
+
+class VerifyFa3(NamedTuple):
+    """The FA3 cascade (docs/verify.md section 2); int32, sizes for a bucket B, M and D."""
+
+    prefix_page_table: Any  # [>= B, >= ceil(M / page_size)], rows at any stride
+    prefix_cache_seqlen: Any  # [>= B]
+    prefix_cu_seqlens_q: Any  # [>= B + 1]
+    prefix_cu_seqlens_k: Any  # [>= B + 1]
+    expand_page_table: Any  # [>= B * D, >= D], rows at any stride
+    expand_cache_seqlen: Any  # [>= B * D]
+    expand_cu_seqlens_q: Any  # [>= B * D + 1]
+    expand_cu_seqlens_k: Any  # [>= B * D + 1]
+
+
+class VerifyFlashInfer(NamedTuple):
+    """FlashInfer's prefill with a custom mask (docs/verify.md section 3)."""
+
+    qo_indptr: Any  # int32 [>= B + 1]
+    kv_indptr: Any  # int32 [>= B + 1]
+    kv_indices: Any  # int32 [>= B * (M + D)]
+    kv_last_page_len: Any  # int32 [>= B]
+    mask_indptr: Any  # int32 [>= B + 1]
+    packed_mask: Any  # uint8 [>= B * ceil(D * (M + D) / 8)]
+    packed_mask_indptr: Any  # int32 [>= B + 1]
+
+
+class VerifyOutputs(NamedTuple):
+    fa3: Optional[VerifyFa3]
+    flashinfer: Optional[VerifyFlashInfer]
+    guard: Any  # int32 [3, 10] (>= 30 entries, 8-byte aligned); reset by every call
+
+
+class VerifyCapacity(NamedTuple):
+    """Exact sizes for a bucket (docs/verify.md section 6)."""
+
+    prefix_columns: int  # ceil(M / page_size)
+    kv_indices: int  # B * (M + D)
+    packed_mask_bytes: int  # B * ceil(D * (M + D) / 8)
+    mask_cells: int  # B * D * (M + D), the engine's custom_mask at most
+    scratch_words: int  # 5 * B + 2 * B * D (int64, CUDA runs)
+
+
+def verify_capacities(max_batch: int, max_seq_len: int, draft_tokens: int,
+                      page_size: int) -> VerifyCapacity:
+    """The exact buffer sizes of a bucket of max_batch requests whose seq_len (without the D
+    verify tokens) is at most max_seq_len. Refused by name outside the ranges of verify_params
+    (B * D * (M + D) must fit int32). Host only."""
+    args = [_check.index(f, v) for f, v in (("max_batch", max_batch), ("max_seq_len", max_seq_len),
+                                            ("draft_tokens", draft_tokens),
+                                            ("page_size", page_size))]
+    return VerifyCapacity(*(int(x) for x in _ffi.verify_capacities(*args)))
+
+
+def verify_outputs(max_batch: int, max_seq_len: int, draft_tokens: int, page_size: int, *,
+                   formats: str = "both", device: Any = None) -> VerifyOutputs:
+    """Zeroed outputs of exactly the sizes of verify_capacities: formats "fa3", "flashinfer" or
+    "both"; device None: numpy arrays, else torch tensors on that device (torch.zeros: allocates;
+    call it before any capture)."""
+    if formats not in ("fa3", "flashinfer", "both"):
+        raise InvalidArgument(f"formats: {formats!r} is not 'fa3', 'flashinfer' or 'both'",
+                              field="formats")
+    cap = verify_capacities(max_batch, max_seq_len, draft_tokens, page_size)
+    b, d = max_batch, draft_tokens
+    if device is None:
+        np = require("numpy", "specgraph.verify_outputs")
+
+        def zeros(*shape: int, u8: bool = False) -> Any:
+            return np.zeros(shape, dtype=np.uint8 if u8 else np.int32)
+    else:
+        torch = require("torch", "specgraph.verify_outputs(device=...)")
+
+        def zeros(*shape: int, u8: bool = False) -> Any:
+            return torch.zeros(shape, dtype=torch.uint8 if u8 else torch.int32, device=device)
+    fa3 = flashinfer = None
+    if formats in ("fa3", "both"):
+        fa3 = VerifyFa3(zeros(b, cap.prefix_columns), zeros(b), zeros(b + 1), zeros(b + 1),
+                        zeros(b * d, d), zeros(b * d), zeros(b * d + 1), zeros(b * d + 1))
+    if formats in ("flashinfer", "both"):
+        flashinfer = VerifyFlashInfer(zeros(b + 1), zeros(b + 1), zeros(cap.kv_indices), zeros(b),
+                                      zeros(b + 1), zeros(cap.packed_mask_bytes, u8=True),
+                                      zeros(b + 1))
+    return VerifyOutputs(fa3, flashinfer, zeros(*GUARD_SHAPE))
+
+
+def _is_torch(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _sets(out: Any) -> tuple:
+    if not isinstance(out, VerifyOutputs):
+        raise TypeError(f"out: expected specgraph.VerifyOutputs (verify_outputs() or your own "
+                        f"tensors in one), got {_check.type_name(out)}")
+    fa3 = [] if out.fa3 is None else list(out.fa3)
+    fi = [] if out.flashinfer is None else list(out.flashinfer)
+    if out.fa3 is not None and len(fa3) != 8:
+        raise InvalidArgument(f"fa3: {len(fa3)} tensors, expected 8 (VerifyFa3)", field="fa3")
+    if out.flashinfer is not None and len(fi) != 7:
+        raise InvalidArgument(f"flashinfer: {len(fi)} tensors, expected 7 (VerifyFlashInfer)",
+                              field="flashinfer")
+    return fa3, fi
+
+
+def verify_metadata_(out: VerifyOutputs, req_to_token: Any, req_pool_indices: Any,
+                     seq_lens: Any, custom_mask: Any, *, draft_tokens: int, page_size: int,
+                     max_seq_len: int, real_batch: Optional[int] = None, mask_exact: bool = True,
+                     kv_slots: Optional[int] = None, scratch: Any = None) -> None:
+    """Writes the verify metadata of len(seq_lens) requests (the bucket; the first real_batch,
+    default all, are real, the rest padding: they attend everything) into `out`.
+
+    req_to_token: int32 [pool_rows, W], W >= seq_len + D for every request; req_pool_indices,
+    seq_lens: [batch] int32 or int64 (int64 narrowed, never silently: on host memory a value
+    that does not fit int32 is refused naming the element; on CUDA it is clamped to a value the
+    kernels refuse and record as bad input in guard word 0); custom_mask: uint8 or bool, the
+    engine's full layout, exactly sum(D * (seq_len + D)) over the real requests (mask_exact), or
+    a static buffer at least that long (mask_exact=False: only a bound; nothing past it is read).
+    draft_tokens D in [1, 1024]; page_size of the FA3 prefix table; max_seq_len M bounds every
+    seq_len and sizes the outputs: each buffer must hold the exact capacity of (batch, M, D,
+    page_size), verify_capacities. kv_slots: slots must be below it (default unbounded).
+    scratch: int64 [>= 5 * batch + 2 * batch * D] on the device for CUDA runs (default: a new
+    tensor per call, in the graph pool under capture). The guard words are reset, then record
+    bad input (guard 0) and refused stores; verify_violations reads them."""
+    fa3, fi = _sets(out)
+    d = _check.index("draft_tokens", draft_tokens)
+    ps = _check.index("page_size", page_size)
+    m = _check.index("max_seq_len", max_seq_len)
+    exact = _check.boolean("mask_exact", mask_exact)
+    limit = _check.INT64_MAX if kv_slots is None else _check.int_in(
+        "kv_slots", kv_slots, 1, _check.INT64_MAX)
+    if _is_torch(req_to_token):
+        from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
+
+        torch = sys.modules["torch"]
+        named = [("req_pool_indices", req_pool_indices), ("seq_lens", seq_lens),
+                 ("custom_mask", custom_mask), ("guard", out.guard)]
+        for group in (out.fa3, out.flashinfer):
+            if group is not None:
+                named += list(zip(group._fields, group))
+        for field, v in named:
+            if not isinstance(v, torch.Tensor):
+                raise TypeError(f"{field}: expected a torch.Tensor like req_to_token, got "
+                                f"{_check.type_name(v)}")
+        batch = int(seq_lens.numel())
+        rb = batch if real_batch is None else _check.index("real_batch", real_batch)
+        caps = _capacities(batch, m, d, ps)
+        sc = [] if scratch is None else [scratch]
+        torch.ops.specgraph.verify_metadata_(req_to_token, req_pool_indices, seq_lens,
+                                             custom_mask, d, ps, m, rb, exact, limit, *caps, fa3,
+                                             fi, out.guard, sc)
+        return
+    np = require("numpy", "specgraph.verify_metadata_")
+    pool = _int_array("req_pool_indices", req_pool_indices, "int32", np).reshape(-1)
+    seq = _int_array("seq_lens", seq_lens, "int32", np).reshape(-1)
+    batch = int(seq.size)
+    rb = batch if real_batch is None else _check.index("real_batch", real_batch)
+    table = _int_array("req_to_token", req_to_token, "int32", np)
+    _ffi.verify_metadata(table, pool, seq, custom_mask, d, ps, m, rb, exact, limit,
+                         *_capacities(batch, m, d, ps), fa3, fi, out.guard, scratch)
+
+
+def _capacities(batch: int, m: int, d: int, ps: int) -> List[int]:
+    """[prefix columns, kv_indices, packed bytes]: exact for (batch, M, D, ps); zeros where the
+    scalars are out of range (the extension then refuses them by name)."""
+    if not (1 <= batch and 1 <= m < 1 << 31 and 1 <= d <= 1 << 10 and 1 <= ps < 1 << 31):
+        return [0, 0, 0]
+    cells = d * (m + d)
+    return [-(-m // ps), min(batch * (m + d), INT32_MAX), min(batch * (-(-cells // 8)), INT32_MAX)]
+
+
+def _narrow(field: str, t: Any) -> Any:
+    """A torch int tensor as int32: int64 on the CPU checked element by element (refused naming
+    the first that does not fit), on CUDA clamped to [-1, INT32_MAX], values the kernels refuse
+    and record (no host read, capture-safe)."""
+    torch = sys.modules["torch"]
+    if t.dtype == torch.int32:
+        return t
+    if t.dtype != torch.int64:
+        raise InvalidArgument(f"{field}: dtype {t.dtype}, expected torch.int32 or torch.int64",
+                              field=field)
+    if t.is_cuda:
+        return t.clamp(-1, INT32_MAX).to(torch.int32)
+    bad = ((t < -(1 << 31)) | (t > INT32_MAX)).nonzero()
+    if bad.numel():
+        i = int(bad[0][0]) if bad.dim() > 1 else int(bad[0])
+        raise InvalidArgument(f"{field}[{i}]: {int(t.reshape(-1)[i])} does not fit in int32",
+                              field=f"{field}[{i}]")
+    return t.to(torch.int32)
+
+
+def _torch_impl(req_to_token: Any, pool: Any, seq: Any, mask: Any, d: int, ps: int, m: int,
+                rb: int, exact: bool, limit: int, cp: int, ck: int, cm: int, fa3: List[Any],
+                fi: List[Any], guard: Any, scratch: List[Any]) -> None:
+    """torch.ops.specgraph.verify_metadata_'s implementation (eager, on the tensors' device)."""
+    torch = sys.modules["torch"]
+    pool = _narrow("req_pool_indices", pool.reshape(-1))
+    seq = _narrow("seq_lens", seq.reshape(-1))
+    sc = scratch[0] if scratch else None
+    if sc is None and req_to_token.is_cuda:  # in the graph pool under capture
+        batch = max(int(seq.numel()), 1)
+        sc = torch.empty(5 * batch + 2 * batch * max(d, 1), dtype=torch.int64,
+                         device=req_to_token.device)
+    _ffi.verify_metadata(req_to_token, pool.contiguous(), seq.contiguous(), mask, d, ps, m, rb,
+                         exact, limit, cp, ck, cm, fa3, fi, guard, sc)
+
+
+def verify_violations(guard: Any) -> List[Violation]:
+    """The violations the last call recorded, one per guard word that has any: word 0 bad input
+    (kernel verify_metadata, row = request or -1 for the mask's length) and refused prefix
+    columns, word 1 kv_indices, word 2 the packed mask. Reads the guard (a CUDA one: a sync)."""
+    if _is_torch(guard):
+        guard = guard.detach().cpu().numpy()
+    np = require("numpy", "specgraph.verify_violations")
+    g = np.ascontiguousarray(guard).reshape(-1)
+    if g.dtype != np.int32 or g.size < 30:
+        raise InvalidArgument(f"guard: dtype {g.dtype}, {g.size} entries, expected int32 [3, 10]",
+                              field="guard")
+    found = []
+    for w in range(3):
+        word = g[10 * w: 10 * w + 10]
+        if int(word[0]):
+            value = int(word[6:8].copy().view(np.int64)[0])
+            found.append(_violation([int(word[0]), int(word[1]), int(word[2]), int(word[3]),
+                                     int(word[4]), int(word[5]), value]))
+    return found
