@@ -98,7 +98,6 @@ class SpecgraphDraftMetadata:
         self.views = {(b, s): (self.bufs.view(b, s),
                                specgraph.csr.step_csr_views(self.bufs, b, s, self.csr))
                       for b in r.capture_bs for s in range(r.S - 1)}
-        self.runner = r
 
     def round_setup(self, bucket):
         """In the graph, before the first forward: the prefix table and lengths (step
