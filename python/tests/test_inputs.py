@@ -269,3 +269,44 @@ def test_draft_graphs_read_bound_inputs_in_eager_mode(torch_mod):
     for s in range(cfg.num_steps):
         t, _ = ref.expand(cfg, 3, s, lpl, sl)
         assert seen[s][: 3 * cfg.topk, : s + 2].tolist() == t
+
+
+@pytest.mark.parametrize("device_steps", [False, True])
+def test_csr_into_the_engines_outputs_reads_the_inputs_in_place(device_steps):
+    """csr_round_indices_ / csr_indices_device_ into bound outputs, in place against staged: the
+    same cells written, the rest left as it was (poison)."""
+    fields = dict(CONFIGS[1], formats="csr", device_steps=device_steps)
+    cfg, plan, _, staged = make(fields)
+    place = specgraph.buffers(plan, specgraph.host_arena(plan))
+    rng = random.Random(17)
+    r2t = np.array(ref.random_req_to_token(cfg, rng), dtype=np.int32)
+    eng = EngineInputs(cfg, plan.max_bucket, rng, real_batch=False)
+    inputs = eng.bind(place)
+    rows = plan.max_bucket * cfg.topk
+    width = plan.layout["csr_capacity"][-1]
+    outs = []
+    for bufs in (staged, place):
+        ip = np.full((cfg.num_steps, rows + 1), -3, np.int32)
+        ix = np.full((cfg.num_steps, width), -3, np.int64)
+        outs.append((ip, ix, specgraph.bind_csr_outputs(bufs, ip, ix)))
+    for _ in range(3):
+        r = ref.random_round(cfg, rng)
+        r.seq = [1 + n % (cfg.max_context_len // 2) for n in r.seq]
+        bucket = plan.bucket_for(r.bs)
+        eng.write(r)
+        specgraph.stage_(staged, r.bs, np.array(r.pool), np.array(r.seq),
+                         np.array(r.slots, np.int64))
+        if device_steps:
+            specgraph.begin_round_(place)
+        for (ip, ix, out), (bufs, ins) in zip(outs, ((staged, None), (place, inputs))):
+            ip[...], ix[...] = -3, -3
+            specgraph.round_setup_(bufs, bucket, r2t, inputs=ins)
+            if device_steps:
+                for _ in range(cfg.num_steps):
+                    specgraph.csr_indices_device_(bufs, bucket, r2t, out=out, inputs=ins)
+                    specgraph.advance_step_(bufs)
+            else:
+                specgraph.csr_round_indices_(bufs, bucket, r2t, out=out, inputs=ins)
+            assert [g for g in specgraph.read_guards(bufs) if g.violations] == []
+        assert (outs[0][0] == outs[1][0]).all() and (outs[0][1] == outs[1][1]).all()
+        assert int(outs[1][0][0, bucket * cfg.topk]) > 0
