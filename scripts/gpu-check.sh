@@ -51,13 +51,14 @@ declare -A BUDGET=(
   [tests]=40          # every ctest test (not python.pytest), cuda instances included
   [run-compare]=15    # two small seeded simulated runs (both formats), a few seconds each
   [python]=50         # pytest: test_torch_cuda.py first (its own JUnit), then the rest
-  [torch-example]=30  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
-                      # imports (~3 s each), captures, 12 rounds each
+  [torch-example]=40  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
+                      # imports (~3 s each), captures, 12 rounds each; examples/engine_runner.py
+                      # (10 s of it: a torch import, 4 graphs, 12 rounds)
   [benchmarks]=55     # the selection in BENCH_RUNS (~84 cuda benchmarks at min_time 0.005 s)
   [peer-torch]=15     # bench/peer_torch.py at buckets 1, 64, 256
   [peer-csr]=20       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
                       # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
-  [memcheck]=50       # cuda tests of the binaries that have some, 4 binaries at a time
+  [memcheck]=40       # cuda tests of the binaries that have some, 4 binaries at a time
   [initcheck]=35      # same, initcheck
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step

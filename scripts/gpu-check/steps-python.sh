@@ -113,7 +113,8 @@ step_python() {
     SPECGRAPH_SKIP_INDUCTOR=1 pytest_run "$left" "$SG_LOGS/pytest-junit.xml" python/tests \
       --ignore=python/tests/test_torch_cuda.py \
       --deselect=python/tests/test_example.py::test_the_torch_example_verifies_on_cpu \
-      --deselect=python/tests/test_example.py::test_the_torch_example_lets_the_device_decide_the_depth_on_cpu ||
+      --deselect=python/tests/test_example.py::test_the_torch_example_lets_the_device_decide_the_depth_on_cpu \
+      --deselect=python/tests/test_engine_runner.py::test_the_example_runs_as_pasted_on_cpu ||
       r=$?
   else
     r=124
@@ -129,28 +130,36 @@ step_torch_example() {
   [ -f examples/torch_draft_loop.py ] || { note "skipped: no examples/torch_draft_loop.py"; exit $EX_SKIP; }
   [ "$SG_DRY" = 1 ] && dry_skip
   [ -f "$(py_lib)" ] || { note "no Python extension built"; return 1; }
-  local rc=0 mode out=() half=$(((SG_BUDGET - 2) / 2))
-  for mode in per-step device-depth; do
+  local rc=0 mode out=() runner=10 half=$(((SG_BUDGET - 12) / 2))
+  for mode in per-step device-depth engine-runner; do
     # 12 rounds, 4 verified against float64: two runs, torch imports and captures in the budget.
     local args=(--rounds 12 --verify-every 3) log=$SG_WORK/example-$mode.out
+    local script=examples/torch_draft_loop.py limit=$half unit=step
     [ $mode = device-depth ] && args+=(--device-depth)
-    banner "examples/torch_draft_loop.py ${args[*]}"
-    py_env timeout -k 1 "$half" python3 examples/torch_draft_loop.py "${args[@]}" 2>&1 |
-      tee "$log"
+    # The engine's own graph runner (docs/engines.md): one graph per batch size, every round
+    # of its 12 (3 idle) verified against float64 through the FA3 tables and the CSR indices.
+    [ $mode = engine-runner ] &&
+      script=examples/engine_runner.py limit=$runner unit=round args=(--device cuda)
+    banner "$script ${args[*]}"
+    py_env timeout -k 1 "$limit" python3 "$script" "${args[@]}" 2>&1 | tee "$log"
     local r=${PIPESTATUS[0]}
     local err ms
     err=$(grep -oE 'max relative error [0-9.e+-]+' "$log" | awk '{print $4}')
-    ms=$(grep -oE '[0-9.]+ ms per step' "$log" | awk '{print $1}')
+    if [ $mode = engine-runner ]; then  # the larger of its two paths' errors
+      err=$(grep -oE '(FA3 tables|CSR indices) [0-9.e+-]+' "$log" | awk '{print $3}' |
+        sort -g | tail -1)
+    fi
+    ms=$(grep -oE "[0-9.]+ ms per $unit" "$log" | awk '{print $1}')
     count "${mode//-/_}_max_relative_error" "${err:-none}"
-    count "${mode//-/_}_ms_per_step" "${ms:-none}"
+    count "${mode//-/_}_ms_per_$unit" "${ms:-none}"
     if [ "$r" = 0 ] && grep -q 'PASSED$' "$log"; then
-      out+=("$mode PASSED (error ${err:-?}, ${ms:-?} ms/step)")
+      out+=("$mode PASSED (error ${err:-?}, ${ms:-?} ms/$unit)")
     else
       out+=("$mode FAILED (exit $r)")
       rc=1
     fi
   done
-  note "torch_draft_loop.py: ${out[*]}"
+  note "torch_draft_loop.py, engine_runner.py: ${out[*]}"
   return $rc
 }
 
