@@ -3,10 +3,12 @@ allocator, requests in a req_to_token table, each round's branch regions, a toy 
 (random weights) whose step forward attends through specgraph's FA3 tables and through its CSR
 indices, and the round's checks against a dense float64 reference that gathers keys by position.
 
-Branch layout (docs/csr.md section 1, what SGLang's cache-location assignment does): draft token
-j of branch t of a request with seq_len n sits at position n + t * ps * nnp + j of its
-req_to_token row, nnp = ceil((n % ps + S - 1) / ps), so every branch owns a page-aligned region
-that starts where the request's partial last page starts. Branch 0's region begins with that
+Branch layout (docs/csr.md section 1, what SGLang's cache-location assignment does): each branch
+owns a region of its request's req_to_token row sized from the row width S (not from the S - 1
+forwards): draft token j of branch t of a request with seq_len n sits at position
+n + t * region + j, region = S at page size 1 and ps * nnp otherwise, nnp = ceil((n % ps + S) /
+ps), so every branch owns a page-aligned region that starts where the request's partial last page
+starts. Branch 0's region begins with that
 very page; every other branch gets fresh pages and a copy of the partial page's tokens, as the
 FA3 tables need (docs/metadata.md section 1). out_cache_loc[r][t][j] is the slot at that
 position for j < S - 1; the row's last slot (S wide, S - 1 forwards) is never read, and the
@@ -28,7 +30,7 @@ class ToyDraftModel:
         self.rng = random.Random(a.seed)
         g = torch.Generator().manual_seed(a.seed)
         self.pool_rows = 2 * a.max_batch + 1  # row 0: the padding rows' (never a request's)
-        self.nnp_max = -(-(ps - 1 + steps) // ps)
+        self.nnp_max = -(-(ps - 1 + a.slots) // ps)  # regions sized from S (SGLang's way)
         # Engines allocate req_to_token wider than max_context_len: room for the regions.
         width = a.max_context + (a.topk - 1) * ps * self.nnp_max + steps
         region_pages = a.max_batch * a.topk * self.nnp_max
@@ -62,7 +64,7 @@ class ToyDraftModel:
         for row in rows:
             n = self.seq_len[row]
             lpl, start = n % ps, n - n % ps
-            nnp = -(-(lpl + steps) // ps)
+            nnp = -(-(lpl + slots) // ps)  # from S, the row width, as SGLang sizes it
             for t in range(topk):
                 pages = [self.free.pop() for _ in range(nnp)]
                 if t == 0 and lpl:

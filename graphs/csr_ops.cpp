@@ -40,6 +40,7 @@ kv_indices_params csr_params(const draft_buffers& b, std::int32_t bucket, std::i
   k.batch = bucket;
   k.topk = c.topk;
   k.num_steps = c.num_steps;
+  k.slot_stride = c.slot_stride;  // the branch regions' layout (filled in by make_plan)
   k.page_size = c.page_size;
   k.max_seq_len = c.max_context_len;
   k.first_step = first;

@@ -31,7 +31,7 @@ struct kv_request {
   const std::int32_t* entries;  // its row of req_to_token
   std::int32_t seq_len;
   std::int32_t kept;           // Lw
-  std::int64_t branch_region;  // ps * nnp: positions between two branches' regions
+  std::int64_t branch_region;  // positions between two branches' regions (kv_branch_region)
 };
 
 // Lw for a seq_len already in range.
@@ -67,7 +67,23 @@ SPECGRAPH_HD std::int64_t kv_span(const kv_indices_params& p) {
   return kept_max + kv_max_step_count(p);
 }
 
-// Position of draft token j of branch t: seq_len + t * ps * nnp + j.
+// Draft slots per branch: slot_stride, or num_steps when it is 0.
+SPECGRAPH_HD std::int32_t kv_slot_stride(const kv_indices_params& p) {
+  return p.slot_stride == 0 ? p.num_steps : p.slot_stride;
+}
+
+// Positions between two branches' regions: with S = kv_slot_stride, ps * nnp where
+// nnp = ceil((seq_len % ps + S) / ps); S itself at ps = 1 or topk = 1 (the same at ps = 1; at
+// topk = 1 only branch 0 exists). All terms < 2^21: int64 anyway.
+SPECGRAPH_HD std::int64_t kv_branch_region(const kv_indices_params& p, std::int32_t seq_len) {
+  const std::int32_t s = kv_slot_stride(p);
+  if (p.page_size == 1 || p.topk == 1) return s;
+  const std::int64_t nnp =
+      (static_cast<std::int64_t>(seq_len % p.page_size) + s + p.page_size - 1) / p.page_size;
+  return nnp * p.page_size;
+}
+
+// Position of draft token j of branch t: seq_len + t * region + j.
 SPECGRAPH_HD std::int64_t kv_draft_position(const kv_request& q, std::int32_t t, std::int32_t j) {
   return q.seq_len + t * q.branch_region + j;
 }
@@ -109,14 +125,10 @@ SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, std:
   if (seq_len64 < 0 || seq_len64 > p.max_seq_len) return false;
   const auto pool_row = static_cast<std::int32_t>(pool_row64);
   const auto seq_len = static_cast<std::int32_t>(seq_len64);
-  // nnp = ceil((seq_len % ps + num_steps) / ps); all terms < 2^21: int64 anyway.
-  const std::int64_t nnp =
-      (static_cast<std::int64_t>(seq_len % p.page_size) + p.num_steps + p.page_size - 1) /
-      p.page_size;
   out->entries = p.req_to_token + static_cast<std::int64_t>(pool_row) * p.req_to_token_stride;
   out->seq_len = seq_len;
   out->kept = kv_kept(p, seq_len);
-  out->branch_region = nnp * p.page_size;
+  out->branch_region = kv_branch_region(p, seq_len);
   // The last position read: branch topk - 1, draft token d_max - 1.
   const std::int64_t last = kv_draft_position(*out, p.topk - 1, d_max - 1);
   return last < p.req_to_token_stride * p.entry_page_size;

@@ -54,6 +54,10 @@ void validate(const kv_indices_params& p) {
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.topk;
   at_most("batch", rows, limits::max_rows, "the row limit (batch * topk)");
   between("num_steps", p.num_steps, 1, limits::max_num_steps, "the limit");
+  if (p.slot_stride != 0) {
+    between("slot_stride", p.slot_stride, p.num_steps, limits::max_slot_stride,
+            "the limit (at least num_steps; 0 means num_steps)");
+  }
   in_range("first_step", p.first_step, 0, p.num_steps, "num_steps");
   between("step_count", p.step_count, 1, p.num_steps - p.first_step, "num_steps - first_step");
   between("window", p.window, 0, limits::max_context_len, "the limit");
@@ -112,7 +116,10 @@ void validate_contents_host(const kv_indices_params& p) {
                             std::to_string(v.seq_len) + " needs position " + std::to_string(last) +
                                 " (the last draft token of branch topk - 1), past the row width " +
                                 "req_to_token_stride * entry_page_size " + std::to_string(width) +
-                                "; widen the rows by (topk - 1) * page_size * nnp + num_steps");
+                                "; the rows need seq_len + (topk - 1) * region " +
+                                std::to_string(v.branch_region) + " + num_steps positions " +
+                                "(region = page_size * ceil((seq_len % page_size + slot_stride)" +
+                                " / page_size), slot_stride at page_size 1): widen them");
     }
     for (std::int32_t t = 0; t < p.topk; ++t) {
       const std::int32_t first = t == 0 ? 0 : v.kept;

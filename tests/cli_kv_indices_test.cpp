@@ -61,6 +61,20 @@ TEST(CliKvIndices, A3WindowAndA4PageGranularTable) {
             "[20,21,22,23,36,37,38,39,20,21,22,23,36,37,10,11]],\"violations\":[]}\n");
 }
 
+// slot_stride 3 for 2 draft steps (SGLang's S = 3): A4's request with its branch regions laid
+// out from 3 slots, ceil((6 % 4 + 3) / 4) = 2 pages apart, so branch 1 drafts at positions 14,
+// 15 (page 7: slots 30, 31) instead of 10, 11 (docs/csr.md section 1).
+TEST(CliKvIndices, SlotStrideLaysOutBranchRegions) {
+  const result r = run_kv(R"({"page_size":4,"topk":2,"num_steps":2,"slot_stride":3,)"
+                          R"("seq_len":[6],"req_pool_index":[0],"entry_page_size":4,)"
+                          R"("req_to_token":[[5,9,2,7,3,11]]})");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "{\"kv_indptr\":[[0,7,14],[0,8,16]],\"kv_indices\":["
+            "[20,21,22,23,36,37,38,20,21,22,23,36,37,30],"
+            "[20,21,22,23,36,37,38,39,20,21,22,23,36,37,30,31]],\"violations\":[]}\n");
+}
+
 // SGLang #27338: rows of 32 per step for needs of 184, 200, 216: one violation per step naming
 // the query row of the first refused entry, its id, and how many were refused.
 TEST(CliKvIndices, Sglang27338CapacityViolationsPerStep) {
@@ -125,6 +139,11 @@ TEST(CliKvIndices, InvalidInputIsOneLineNamingTheField) {
        "capacity: 1 entries, expected one per step, 2"},
       {R"({"page_size":1,"topk":1,"num_steps":1,"seq_len":[2],"capacity":[-1],)" + ok_rows + "}",
        "capacity[0]: -1 is below the minimum 0"},
+      {R"({"page_size":1,"topk":1,"num_steps":2,"slot_stride":1,"seq_len":[2],)" + ok_rows + "}",
+       "slot_stride: 1 is outside [num_steps 2, 65536]"},
+      {R"({"page_size":1,"topk":1,"num_steps":2,"slot_stride":65537,"seq_len":[2],)" + ok_rows +
+           "}",
+       "slot_stride: 65537 is outside [num_steps 2, 65536]"},
       {R"({"page_size":1,"topk":1,"num_steps":1,"seq_len":[2],"steps":1,)" + ok_rows + "}",
        "'steps': unknown key"},
       {R"({"page_size":1,"topk":1,"num_steps":1,"seq_len":[],"req_pool_index":[],)"

@@ -117,6 +117,44 @@ TEST(KvIndicesExamples, A2A4BranchRegionsOnPagesTokenAndPageTables) {
   }
 }
 
+// A2's request with branch regions laid out from slot_stride 3 = num_steps + 1 (SGLang's
+// S = 3 slots per branch, S - 1 = 2 draft forwards). By hand: pages {5, 9, 2, 7, 3, 11},
+// seq_len 6, ps 4: seq_len % ps = 2, nnp = ceil((2 + 3) / 4) = 2, region = 4 * 2 = 8 (from
+// num_steps 2 it is 4 * ceil(4 / 4) = 4: A2). Prefix positions 0..5 -> slots 20 21 22 23 36 37;
+// branch 0 drafts at 6, 7 (page 9) -> 38, 39; branch 1 at 6 + 8 = 14, 15 (page 7) -> 30, 31
+// (A2 has 10, 11 from page 2). Positions read: 6 + 8 + 2 = 16, so a 15-wide row is refused.
+TEST(KvIndicesExamples, SlotStrideWiderThanTheRoundMovesBranchRegions) {
+  const ints pages = {5, 9, 2, 7, 3, 11};
+  ints tokens;
+  for (std::int32_t page : pages) {
+    for (std::int32_t o = 0; o < 4; ++o) tokens.push_back(page * 4 + o);
+  }
+  for (const std::int32_t entry_page_size : {1, 4}) {
+    SCOPED_TRACE("entry_page_size " + std::to_string(entry_page_size));
+    example e(4, 2, 2, {6}, {0}, entry_page_size == 1 ? tokens : pages,
+              entry_page_size == 1 ? 24 : 6);
+    e.p.entry_page_size = entry_page_size;
+    e.p.slot_stride = 3;
+    e.run(16, 16);
+    EXPECT_EQ(e.step_indptr(0), (ints{0, 7, 14}));
+    EXPECT_EQ(e.step_indptr(1), (ints{0, 8, 16}));
+    EXPECT_EQ(e.step_cells(0, 16),
+              (ints{20, 21, 22, 23, 36, 37, 38, 20, 21, 22, 23, 36, 37, 30, poison, poison}));
+    EXPECT_EQ(e.step_cells(16, 19), (ints{20, 21, 22, 23, 36, 37, 38, 39, 20, 21, 22, 23, 36, 37,
+                                          30, 31, poison, poison, poison}));
+    for (const guard_word& g : e.guards) EXPECT_EQ(g.violations, 0);
+  }
+  ints narrow(tokens.begin(), tokens.begin() + 15);
+  example e(4, 2, 2, {6}, {0}, narrow, 15);
+  e.p.slot_stride = 3;
+  expect_invalid([&] { e.run(16, 16); }, "seq_len[0]",
+                 "6 needs position 15 (the last draft token of branch topk - 1), past the row "
+                 "width req_to_token_stride * entry_page_size 15; the rows need seq_len + "
+                 "(topk - 1) * region 8 + num_steps positions");
+  EXPECT_EQ(e.indptr, ints(e.indptr.size(), poison));
+  EXPECT_EQ(e.indices, ints(e.indices.size(), poison));
+}
+
 TEST(KvIndicesExamples, A3WindowAndSink) {
   example e(1, 1, 2, {10}, {0}, pool_row(300, 16), 16);
   e.p.window = 4;
@@ -212,6 +250,10 @@ TEST(KvIndicesValidation, RefusesByNameAndWritesNothing) {
   expect_refused([](example& e) { e.p.step_count = 3; }, "step_count", "exceeds num_steps");
   expect_refused([](example& e) { e.p.capacity = 21; }, "capacity", "exceeds kv_indices_stride");
   expect_refused([](example& e) { e.p.window = -1; }, "window", "-1 is below the minimum 0");
+  expect_refused([](example& e) { e.p.slot_stride = 1; }, "slot_stride",
+                 "1 is below the minimum 2");
+  expect_refused([](example& e) { e.p.slot_stride = (1 << 16) + 1; }, "slot_stride",
+                 "65537 exceeds the limit (at least num_steps; 0 means num_steps) 65536");
   expect_refused([](example& e) { e.seq_len[0] = 4; }, "seq_len[0]", "4 exceeds max_seq_len 3");
   expect_refused([](example& e) { e.req_pool_index[1] = 2; }, "req_pool_index[1]",
                  "2 is outside [0, pool_rows 2)");

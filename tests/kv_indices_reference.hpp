@@ -14,6 +14,7 @@ namespace specgraph::testing {
 
 struct kv_case {
   std::int32_t page_size = 1, entry_page_size = 1, topk = 1, num_steps = 1;
+  std::int32_t slot_stride = 0;  // draft slots per branch region; 0: num_steps
   std::int32_t window = 0, sink = 0, max_seq_len = 0;
   std::int32_t pool_rows = 1;
   std::int64_t width = 1;                  // W: entries per pool row
@@ -48,6 +49,7 @@ inline kv_indices_params kv_params_of(const kv_case& c, std::int32_t batch) {
   p.batch = batch;
   p.topk = c.topk;
   p.num_steps = c.num_steps;
+  p.slot_stride = c.slot_stride;
   p.page_size = c.page_size;
   p.window = c.window;
   p.sink = c.sink;
@@ -102,8 +104,10 @@ inline kv_expected kv_reference(const kv_case& c) {
             c.window == 0 || seq <= c.window + c.sink || p < c.sink || p >= seq - c.window;
         if (in_window) kept.push_back(p);
       }
-      const std::int64_t nnp = (seq % ps + c.num_steps + ps - 1) / ps;
-      region = ps * nnp;
+      // Each branch owns S = slot_stride draft slots, rounded up to whole pages after the
+      // prefix's partial page (S positions at page size 1).
+      const std::int64_t S = c.slot_stride == 0 ? c.num_steps : c.slot_stride;
+      region = ps == 1 ? S : ps * ((seq % ps + S + ps - 1) / ps);
       if (seq + (c.topk - 1) * region + d_max - 1 >= c.width * E) {
         ok = false;
         value = seq;

@@ -35,6 +35,10 @@ kv_case random_case(std::mt19937_64& rng, bool allow_bad, bool small, int region
   c.topk = pick(1, 8);
   const bool large = !small && rng() % 8 == 0;
   c.num_steps = large ? pick(1, 9) : pick(1, small ? 3 : 4);
+  // Branch regions laid out from slot_stride: 0 (num_steps), num_steps, or up to 3 more
+  // (SGLang's S = num_steps + 1 among them).
+  const std::uint64_t stride_draw = rng() % 4;
+  c.slot_stride = stride_draw == 0 ? 0 : stride_draw == 1 ? c.num_steps : c.num_steps + pick(1, 3);
   const std::int32_t batch = large ? pick(1, 9) : pick(1, small ? 2 : 3);
   const std::int32_t longest = large ? pick(0, 130) : pick(0, small ? 12 : 20);
   if (rng() % 3 == 0) {
@@ -51,7 +55,8 @@ kv_case random_case(std::mt19937_64& rng, bool allow_bad, bool small, int region
   c.max_seq_len = *std::max_element(c.seq_len.begin(), c.seq_len.end()) + pick(0, 2);
   // Rows wide enough for the widest request's branch regions (sometimes one position more).
   const std::int64_t ps = c.page_size, E = c.entry_page_size;
-  const std::int64_t nnp = (ps - 1 + c.num_steps + ps - 1) / ps;  // the largest nnp
+  const std::int64_t S = c.slot_stride == 0 ? c.num_steps : c.slot_stride;
+  const std::int64_t nnp = (ps - 1 + S + ps - 1) / ps;  // the largest nnp
   const std::int64_t positions = c.max_seq_len + (c.topk - 1) * ps * nnp + c.num_steps;
   c.width = (positions + E - 1) / E + pick(0, 1);
   c.req_to_token.resize(static_cast<std::size_t>(c.pool_rows * c.width));
@@ -209,10 +214,11 @@ std::string describe_case(int i, const kv_case& c) {
   return "case " + std::to_string(i) + ": ps " + std::to_string(c.page_size) + " E " +
          std::to_string(c.entry_page_size) + " topk " + std::to_string(c.topk) + " steps " +
          std::to_string(c.first_step) + "+" + std::to_string(c.step_count) + "/" +
-         std::to_string(c.num_steps) + " batch " + std::to_string(c.batch()) + " window " +
-         std::to_string(c.window) + "+" + std::to_string(c.sink) + " capacity " +
-         std::to_string(c.capacity) + "+" + std::to_string(c.capacity_growth) + " stride " +
-         std::to_string(c.indices_stride) + (c.int64_indices ? " int64" : " int32");
+         std::to_string(c.num_steps) + " slot_stride " + std::to_string(c.slot_stride) + " batch " +
+         std::to_string(c.batch()) + " window " + std::to_string(c.window) + "+" +
+         std::to_string(c.sink) + " capacity " + std::to_string(c.capacity) + "+" +
+         std::to_string(c.capacity_growth) + " stride " + std::to_string(c.indices_stride) +
+         (c.int64_indices ? " int64" : " int32");
 }
 
 class KvIndices : public ExecutorTest {};
@@ -228,6 +234,31 @@ TEST_P(KvIndices, RandomCasesMatchReference) {
     SCOPED_TRACE(describe_case(i, c));
     expect_matches(c, run_launch(*ex, c));
   }
+}
+
+// Branch regions wider than the round (slot_stride > num_steps, SGLang's S - 1 forwards over
+// S-wide rows), topk > 1, page sizes 1, 4 and 16: the reference places them from slot_stride, and
+// the positions differ from a layout from num_steps in the cases the test counts.
+TEST_P(KvIndices, SlotStrideWiderThanTheRoundMatchesReference) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int cases = property_cases(2000);
+  int differ = 0;
+  for (int i = 0; i < cases; ++i) {
+    kv_case c = random_case(rng, false, false);
+    if (c.slot_stride <= c.num_steps || c.topk == 1) continue;  // redraw below
+    const std::int32_t sizes[] = {1, 4, 16};
+    if (c.page_size != sizes[i % 3]) continue;
+    SCOPED_TRACE(describe_case(i, c));
+    const kv_outputs got = run_launch(*ex, c);
+    expect_matches(c, got);
+    if (::testing::Test::HasFatalFailure()) return;
+    kv_case narrow = c;
+    narrow.slot_stride = c.num_steps;
+    if (kv_reference(narrow).ids != kv_reference(c).ids) ++differ;
+  }
+  ASSERT_GT(differ, 0) << "no case where slot_stride moved a draft position";
 }
 
 // A device step counter (docs/device-rounds.md): the launch computes the step the counter holds

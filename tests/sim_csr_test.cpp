@@ -22,6 +22,9 @@ struct csr_case {
   std::int32_t topk, page_size, steps, max_context;
   metadata_formats format;
   bool device_steps, csr_int64;
+  // slot_stride - num_steps: the engine's rows and branch regions S = num_steps + this wide
+  // (SGLang: S - 1 draft forwards over S slots per branch).
+  std::int32_t extra_slots = 0;
 };
 
 const csr_case cases[] = {
@@ -31,6 +34,10 @@ const csr_case cases[] = {
     {"both topk 4 ps 16 int64", 4, 16, 5, 100, metadata_formats::both, false, true},
     {"csr topk 2 ps 4 device steps", 2, 4, 6, 30, metadata_formats::csr, true, false},
     {"both topk 5 ps 2 device steps int64", 5, 2, 3, 50, metadata_formats::both, true, true},
+    {"both topk 3 ps 4 slot_stride +1", 3, 4, 3, 60, metadata_formats::both, false, false, 1},
+    {"csr topk 2 ps 1 slot_stride +2 device steps", 2, 1, 4, 40, metadata_formats::csr, true, false,
+     2},
+    {"csr topk 4 ps 16 slot_stride +1 int64", 4, 16, 4, 90, metadata_formats::csr, false, true, 1},
 };
 
 sim::sim_options options_for(const csr_case& c, std::uint64_t seed) {
@@ -47,6 +54,7 @@ sim::sim_options options_for(const csr_case& c, std::uint64_t seed) {
   o.format = c.format;
   o.device_steps = c.device_steps;
   o.csr_int64 = c.csr_int64;
+  if (c.extra_slots > 0) o.slot_stride = c.steps + c.extra_slots;
   o.verify = sim::sim_options::verify_mode::all;
   return o;
 }
@@ -86,8 +94,10 @@ TEST_P(SimCsr, EachFormatVerifiesOnAPoisonedArena) {
     sim::sim_engine engine(*ex, o);
     const plan& p = engine.runtime().plan();
     ASSERT_EQ(p.config.formats, metadata_formats::both);  // draft_runtime runs no csr-only plan
-    // The rows hold the longest prefix and every branch's region (docs/csr.md section 1).
-    const std::int32_t nnp = (c.page_size - 1 + c.steps + c.page_size - 1) / c.page_size;
+    // The rows hold the longest prefix and every branch's region, laid out from the S =
+    // slot_stride slots per branch (docs/csr.md section 1).
+    const std::int32_t S = c.steps + c.extra_slots;
+    const std::int32_t nnp = (c.page_size - 1 + S + c.page_size - 1) / c.page_size;
     // And the verify step's tree tokens after the longest prefix (docs/verify.md section 1).
     EXPECT_EQ(p.config.max_context_len,
               std::max(c.max_context + (c.topk - 1) * c.page_size * nnp + c.steps,

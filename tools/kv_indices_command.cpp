@@ -10,6 +10,7 @@
 #include "specgraph/error.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/kv_indices.hpp"
+#include "specgraph/limits.hpp"
 #include "tools/json.hpp"
 #include "tools/metadata_command.hpp"
 #include "tools/metadata_io.hpp"
@@ -41,12 +42,24 @@ std::int32_t optional_int32(const json& doc, const std::string& field, std::int3
 int metadata_kv_indices(std::istream& in, std::ostream& out, std::ostream& err) {
   return guarded(err, [&] {
     const json doc = read_object(in);
-    expect_only_keys(doc, {"page_size", "topk", "num_steps", "seq_len", "req_pool_index",
-                           "req_to_token", "entry_page_size", "window", "sink", "capacity"});
+    expect_only_keys(doc,
+                     {"page_size", "topk", "num_steps", "seq_len", "req_pool_index", "req_to_token",
+                      "entry_page_size", "window", "sink", "capacity", "slot_stride"});
     kv_indices_params p;
     p.page_size = as_int32(required(doc, "page_size"), "page_size");
     p.topk = as_int32(required(doc, "topk"), "topk");
     p.num_steps = as_int32(required(doc, "num_steps"), "num_steps");
+    // Draft slots per branch (the engine's rows: SGLang's S for S - 1 draft forwards); the
+    // branch regions are laid out from it. [num_steps, limits::max_slot_stride].
+    // Absent: 0, which the kernels read as num_steps.
+    p.slot_stride = optional_int32(doc, "slot_stride", 0);
+    if (member(doc, "slot_stride") != nullptr &&
+        (p.slot_stride < p.num_steps || p.slot_stride > limits::max_slot_stride)) {
+      throw json_error("slot_stride: " + std::to_string(p.slot_stride) + " is outside [num_steps " +
+                       std::to_string(p.num_steps) + ", " +
+                       std::to_string(limits::max_slot_stride) +
+                       "]; give at least num_steps (the default) draft slots per branch");
+    }
     p.entry_page_size = optional_int32(doc, "entry_page_size", 1);
     p.window = optional_int32(doc, "window", 0);
     p.sink = optional_int32(doc, "sink", 0);

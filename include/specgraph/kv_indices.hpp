@@ -35,6 +35,10 @@ struct kv_indices_params {
   std::int32_t batch = 0;      // requests (bucket size when padded), >= 1
   std::int32_t topk = 0;       // [1, limits::max_topk]; rows N = batch * topk
   std::int32_t num_steps = 0;  // the round's draft steps, [1, max_num_steps]
+  // Draft slots per branch in req_to_token (draft_config::slot_stride): the branch regions are
+  // laid out from it (docs/csr.md). 0 means num_steps; otherwise [num_steps,
+  // limits::max_slot_stride]. SGLang: num_steps = S - 1 draft forwards, slot_stride = S.
+  std::int32_t slot_stride = 0;
   std::int32_t page_size = 0;  // ps, [1, limits::max_page_size]
   std::int32_t window = 0;     // draft attention window, 0 = off
   std::int32_t sink = 0;       // sink tokens kept with a window

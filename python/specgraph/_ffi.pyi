@@ -99,11 +99,12 @@ def csr_indices_device_out(bufs: Buffers, arena: Tensor, bucket: int, req_to_tok
                            kv_indptr: Tensor, kv_indices: Tensor) -> None: ...
 def kv_indices_used_host(seq_len: Tensor, req_pool_index: Tensor, req_to_token: Tensor, topk: int,
                          num_steps: int, page_size: int, entry_page_size: int, window: int,
-                         sink: int, slot_limit: int, int64: bool) -> List[int]:
+                         sink: int, slot_stride: int, slot_limit: int, int64: bool) -> List[int]:
     """Host arrays: validates every content; the entries each step uses."""
 def kv_indices_run_host(seq_len: Tensor, req_pool_index: Tensor, req_to_token: Tensor, topk: int,
                         num_steps: int, page_size: int, entry_page_size: int, window: int,
-                        sink: int, slot_limit: int, kv_indptr: Tensor, kv_indices: Tensor,
+                        sink: int, slot_stride: int, slot_limit: int, kv_indptr: Tensor,
+                        kv_indices: Tensor,
                         capacity: Sequence[int]) -> List[List[int]]:
     """Host arrays: every step into row s; each step's guard word."""
 

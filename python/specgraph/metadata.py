@@ -169,7 +169,8 @@ def sparse_fallback(seq_len: int, max_count: int, capacity: int) -> FallbackResu
 
 def draft_kv_indices(seq_len: Any, req_pool_index: Any, req_to_token: Any, *, topk: int,
                      num_steps: int, page_size: int, entry_page_size: int = 1, window: int = 0,
-                     sink: int = 0, capacity: Optional[Sequence[int]] = None,
+                     sink: int = 0, slot_stride: int = 0,
+                     capacity: Optional[Sequence[int]] = None,
                      kv_slots: int = 1 << 62, int64: bool = False) -> KvIndicesResult:
     """The CSR draft-decode indices of every step (docs/csr.md), as `specgraph metadata
     kv-indices` computes them: the kernels' host twin, one launch per step.
@@ -177,7 +178,8 @@ def draft_kv_indices(seq_len: Any, req_pool_index: Any, req_to_token: Any, *, to
     seq_len, req_pool_index: [batch] (any integer arrays or lists whose values fit int32);
     req_to_token: int32-valued [pool_rows, width], one slot per position (entry_page_size 1) or
     one page id per entry_page_size positions; window / sink: the draft attention window (0:
-    off); capacity: each step's kv_indices capacity (default: what it uses), a shorter one
+    off); slot_stride: draft slots per branch, the branch regions' layout (0, the default:
+    num_steps; else [num_steps, 65536]; SGLang's S for S - 1 draft steps); capacity: each step's kv_indices capacity (default: what it uses), a shorter one
     refuses the excess and reports it in `violations`; kv_slots: slots must be below it;
     int64: int64 kv_indices (Triton's) instead of int32. Every value is checked first
     (InvalidArgument naming the field or element; a request whose branch regions pass its row,
@@ -193,10 +195,10 @@ def draft_kv_indices(seq_len: Any, req_pool_index: Any, req_to_token: Any, *, to
     scalars = [_check.index(f, v) for f, v in (
         ("topk", topk), ("num_steps", num_steps), ("page_size", page_size),
         ("entry_page_size", entry_page_size), ("window", window), ("sink", sink),
-        ("kv_slots", kv_slots))]
+        ("slot_stride", slot_stride), ("kv_slots", kv_slots))]
     int64 = _check.boolean("int64", int64)
-    if scalars[6] < 1:
-        raise InvalidArgument(f"kv_slots: {scalars[6]} is below the minimum 1", field="kv_slots")
+    if scalars[7] < 1:
+        raise InvalidArgument(f"kv_slots: {scalars[7]} is below the minimum 1", field="kv_slots")
     used = [int(u) for u in _ffi.kv_indices_used_host(seq, pool, table, *scalars, int64)]
     if capacity is None:
         caps = used

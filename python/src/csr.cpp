@@ -206,7 +206,8 @@ void csr_device_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket
 kv_indices_params host_params(const ffi::TensorView& seq_len, const ffi::TensorView& pool,
                               const ffi::TensorView& r2t, std::int64_t topk, std::int64_t num_steps,
                               std::int64_t page_size, std::int64_t entry_page_size,
-                              std::int64_t window, std::int64_t sink, std::int64_t slot_limit) {
+                              std::int64_t window, std::int64_t sink, std::int64_t slot_stride,
+                              std::int64_t slot_limit) {
   const DLDevice cpu{kDLCPU, 0};
   for (const auto& [field, t] :
        {std::pair{"seq_len", &seq_len}, {"req_pool_index", &pool}, {"req_to_token", &r2t}}) {
@@ -231,6 +232,7 @@ kv_indices_params host_params(const ffi::TensorView& seq_len, const ffi::TensorV
   p.batch = int32_arg("batch", seq_len.numel());
   p.topk = int32_arg("topk", topk);
   p.num_steps = int32_arg("num_steps", num_steps);
+  p.slot_stride = int32_arg("slot_stride", slot_stride);  // 0: num_steps; range in validate
   p.page_size = int32_arg("page_size", page_size);
   p.window = int32_arg("window", window);
   p.sink = int32_arg("sink", sink);
@@ -248,10 +250,10 @@ ffi::Array<std::int64_t> kv_indices_used_host(ffi::TensorView seq_len, ffi::Tens
                                               ffi::TensorView r2t, std::int64_t topk,
                                               std::int64_t num_steps, std::int64_t page_size,
                                               std::int64_t entry_page_size, std::int64_t window,
-                                              std::int64_t sink, std::int64_t slot_limit,
-                                              bool int64) {
+                                              std::int64_t sink, std::int64_t slot_stride,
+                                              std::int64_t slot_limit, bool int64) {
   kv_indices_params p = host_params(seq_len, pool, r2t, topk, num_steps, page_size, entry_page_size,
-                                    window, sink, slot_limit);
+                                    window, sink, slot_stride, slot_limit);
   std::int32_t indptr = 0, i32 = 0;
   std::int64_t i64 = 0;
   guard_word g{};
@@ -274,15 +276,13 @@ ffi::Array<std::int64_t> kv_indices_used_host(ffi::TensorView seq_len, ffi::Tens
 // Step s into row s of kv_indptr int32 [num_steps][batch * topk + 1] and kv_indices int32 or
 // int64 [num_steps][stride], at most capacity[s] <= stride entries; one launch per step.
 // Returns each step's guard word [violations, kind, kernel, row, column, capacity, value].
-ffi::Array<ffi::Any> kv_indices_run_host(ffi::TensorView seq_len, ffi::TensorView pool,
-                                         ffi::TensorView r2t, std::int64_t topk,
-                                         std::int64_t num_steps, std::int64_t page_size,
-                                         std::int64_t entry_page_size, std::int64_t window,
-                                         std::int64_t sink, std::int64_t slot_limit,
-                                         ffi::TensorView kv_indptr, ffi::TensorView kv_indices,
-                                         ffi::Array<std::int64_t> capacity) {
+ffi::Array<ffi::Any> kv_indices_run_host(
+    ffi::TensorView seq_len, ffi::TensorView pool, ffi::TensorView r2t, std::int64_t topk,
+    std::int64_t num_steps, std::int64_t page_size, std::int64_t entry_page_size,
+    std::int64_t window, std::int64_t sink, std::int64_t slot_stride, std::int64_t slot_limit,
+    ffi::TensorView kv_indptr, ffi::TensorView kv_indices, ffi::Array<std::int64_t> capacity) {
   kv_indices_params p = host_params(seq_len, pool, r2t, topk, num_steps, page_size, entry_page_size,
-                                    window, sink, slot_limit);
+                                    window, sink, slot_stride, slot_limit);
   const DLDevice cpu{kDLCPU, 0};
   const std::int64_t rows = p.kv_indptr_stride - 1;
   SPECGRAPH_EXPECTS(

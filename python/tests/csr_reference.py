@@ -25,6 +25,7 @@ class Case(NamedTuple):
     entry_page_size: int = 1
     slot_limit: int = 1 << 62
     max_seq_len: int = INT32_MAX
+    slot_stride: int = 0  # draft slots per branch region (the engine's S); 0: num_steps
 
 
 def kept_positions(seq_len: int, window: int, sink: int) -> List[int]:
@@ -33,13 +34,18 @@ def kept_positions(seq_len: int, window: int, sink: int) -> List[int]:
     return list(range(sink)) + list(range(seq_len - window, seq_len))
 
 
-def branch_region(seq_len: int, page_size: int, num_steps: int) -> int:
-    """ps * nnp, nnp = ceil((seq_len % ps + num_steps) / ps): one branch's page-aligned region."""
-    return page_size * (-(-(seq_len % page_size + num_steps) // page_size))
+def branch_region(seq_len: int, page_size: int, slots: int) -> int:
+    """One branch's region for `slots` draft slots per branch: the slots themselves at page size
+    1, else whole pages, ps * ceil((seq_len % ps + slots) / ps) (the prefix's partial page
+    first)."""
+    if page_size == 1:
+        return slots
+    return page_size * (-(-(seq_len % page_size + slots) // page_size))
 
 
 def draft_position(seq_len: int, t: int, j: int, c: Case) -> int:
-    return seq_len + t * branch_region(seq_len, c.page_size, c.num_steps) + j
+    slots = c.slot_stride or c.num_steps
+    return seq_len + t * branch_region(seq_len, c.page_size, slots) + j
 
 
 def slot(c: Case, row: int, position: int) -> int:

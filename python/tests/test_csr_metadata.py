@@ -19,24 +19,26 @@ import csr_reference as cref  # noqa: E402
 
 def random_case(rng: random.Random) -> cref.Case:
     topk, ps, steps = rng.randint(1, 8), rng.choice([1, 2, 4, 16]), rng.randint(1, 5)
+    slot_stride = rng.choice([0, steps, steps + 1, steps + rng.randint(1, 4)])
     e = rng.choice([1, ps])
     bs = rng.randint(1, 5)
     seq = [rng.choice([0, 1, rng.randint(1, 40)]) for _ in range(bs)]
     need = max(cref.draft_position(n, topk - 1, steps - 1, cref.Case(
-        seq, [], np.zeros((1, 1)), topk, steps, ps)) for n in seq) + 1
+        seq, [], np.zeros((1, 1)), topk, steps, ps, slot_stride=slot_stride)) for n in seq) + 1
     width = -(-(need + rng.randint(0, 9)) // e)  # entries; every position read fits
     rows = rng.randint(1, 4)
     table = np.array([[rng.randrange(1 << 14) for _ in range(width)] for _ in range(rows)])
     window = rng.choice([0, 0, rng.randint(1, 12)])
     return cref.Case(seq, [rng.randrange(rows) for _ in range(bs)], table, topk, steps, ps,
-                     window=window, sink=rng.randint(0, 5), entry_page_size=e)
+                     window=window, sink=rng.randint(0, 5), entry_page_size=e,
+                     slot_stride=slot_stride)
 
 
 def run(c: cref.Case, **kw):
     return draft_kv_indices(c.seq_len, c.pool, c.req_to_token, topk=c.topk,
                             num_steps=c.num_steps, page_size=c.page_size,
                             entry_page_size=c.entry_page_size, window=c.window, sink=c.sink,
-                            **kw)
+                            slot_stride=c.slot_stride, **kw)
 
 
 def test_random_cases_with_windows_and_page_granular_tables_match_the_reference():
@@ -57,6 +59,42 @@ def test_random_cases_with_windows_and_page_granular_tables_match_the_reference(
         kinds.add((c.window > 0 and any(n > c.window + c.sink for n in c.seq_len),
                    c.entry_page_size > 1, c.topk > 1 and c.page_size > 1))
     assert len(kinds) == 8, kinds  # windows cut, page-granular tables, branch regions: all mixes
+
+
+def test_branch_regions_laid_out_from_a_wider_slot_stride():
+    """slot_stride > num_steps (SGLang's S - 1 draft forwards over S slots per branch), topk > 1,
+    page sizes 1, 4, 16: the host twin matches the reference, and the regions really moved
+    (the same case laid out from num_steps reads other positions) in the cases counted."""
+    rng = random.Random(5150)
+    moved = 0
+    for i in range(400):
+        c = random_case(rng)
+        c = c._replace(topk=max(c.topk, 2), page_size=[1, 4, 16][i % 3],
+                       entry_page_size=1, slot_stride=c.num_steps + 1 + i % 3)
+        need = max(cref.draft_position(n, c.topk - 1, c.num_steps - 1, c) for n in c.seq_len) + 1
+        table = np.array([[rng.randrange(1 << 14) for _ in range(need)]
+                          for _ in range(c.req_to_token.shape[0])])
+        c = c._replace(req_to_token=table)
+        got = run(c)
+        want = cref.steps(c, list(range(c.num_steps)), c.num_steps)
+        for s in range(c.num_steps):
+            assert got.kv_indptr[s].tolist() == want[s][0], (i, s)
+            assert got.kv_indices[s].tolist() == want[s][1], (i, s)
+        narrow = cref.steps(c._replace(slot_stride=0), [c.num_steps - 1], c.num_steps)
+        moved += narrow[c.num_steps - 1][1] != want[c.num_steps - 1][1]
+    assert moved > 100, moved
+
+
+def test_slot_stride_worked_case_and_refusals():
+    """docs/csr.md's A4 request with slot_stride 3 for 2 steps: branch 1 two pages on (14, 15:
+    page 7, slots 30, 31), not one (10, 11); a slot_stride below num_steps is named."""
+    got = draft_kv_indices([6], [0], [[5, 9, 2, 7, 3, 11]], topk=2, num_steps=2, page_size=4,
+                           entry_page_size=4, slot_stride=3)
+    assert got.kv_indices[1].tolist() == [20, 21, 22, 23, 36, 37, 38, 39,
+                                          20, 21, 22, 23, 36, 37, 30, 31]
+    with pytest.raises(specgraph.InvalidArgument, match="slot_stride"):
+        draft_kv_indices([6], [0], [[5, 9, 2, 7, 3, 11]], topk=2, num_steps=2, page_size=4,
+                         entry_page_size=4, slot_stride=1)
 
 
 def test_a_short_capacity_is_refused_store_by_store_and_reported():

@@ -136,7 +136,7 @@ def run_rounds(device):
         # The CSR indices in the runner's own buffers, against csr_reference.py; the cells
         # past the bucket's rows untouched.
         case = cref.Case(seq, pool, model.req_to_token.cpu().numpy().astype(np.int64), topk,
-                         steps, model.page_size)
+                         steps, model.page_size, slot_stride=S)
         want = cref.steps(case, list(range(steps)), steps)
         for s in range(steps):
             ptr, idx = want[s]

@@ -16,6 +16,12 @@ with the engine's buffers: kv_indptr (num_steps, max_bs + 1) zeroed, kv_indices
 = seq_len repeated topk times (draft entry) and, for the padded requests of a bucket, the graph
 runner's padding (seq_len 1, req_pool_index 0, positions 0; pool row 0 is the dummy row).
 
+Engine rows wider than the round (slot_stride): SGLang runs S - 1 draft forwards over branch rows
+S wide and lays each branch's req_to_token region out from S; about a third of the cases are
+such (S = num_steps + 1 .. num_steps + 2, topk >= 2): SGLang's kernel is launched with a grid of S
+steps (its num_steps = S) and its first S - 1 steps are compared with specgraph at num_steps = S - 1
+and "slot_stride": S (docs/csr.md section 1); its last step is not compared.
+
 Compared per step: kv_indices (every cell the step uses, and nothing written past it), and
 kv_indptr. For padded rows SGLang's kv_indptr follows `positions` while its indices are placed by
 seq_len (docs/csr.md sections 2 and 8): those entries are expected to differ from specgraph's; the check
@@ -50,6 +56,9 @@ def make_case(rng: random.Random) -> dict:
     topk = rng.randint(1, 8)
     ps = rng.choice([1, 4, 16])
     steps = rng.randint(1, 6)
+    slots = steps  # S: draft slots per branch row; SGLang's grid steps
+    if rng.random() < 0.35:  # the engine's rows wider than the round (SGLang: S - 1 forwards)
+        topk, slots = max(topk, 2), steps + rng.randint(1, 2)
     real = rng.randint(1, 4)
     pad = rng.choice([0, 0, 1, 2])  # padded requests of the bucket
     entry = ps if ps > 1 and rng.random() < 0.3 else 1
@@ -62,9 +71,9 @@ def make_case(rng: random.Random) -> dict:
     pool_rows = real + 1 + rng.randint(0, 2)
     pool_index = rng.sample(range(1, pool_rows), real) + [0] * pad
 
-    def width_needed(n):  # positions a row must hold (docs/csr.md section 1)
-        nnp = ceil_div(n % ps + steps, ps)
-        return n + (topk - 1) * ps * nnp + steps
+    def width_needed(n):  # positions a row must hold for SGLang's S steps (docs/csr.md section 1)
+        nnp = ceil_div(n % ps + slots, ps)
+        return n + (topk - 1) * ps * nnp + slots
 
     positions = ceil_div(max(width_needed(n) for n in seq) + rng.randint(0, 5), entry) * entry
     entries = positions // entry
@@ -83,15 +92,30 @@ def make_case(rng: random.Random) -> dict:
             table.append([pages[p // ps] * ps + p % ps for p in range(positions)])
         else:
             table.append(pages[:entries])
-    return dict(page_size=ps, topk=topk, num_steps=steps, seq_len=seq, req_pool_index=pool_index,
-                req_to_token=table, entry_page_size=entry, window=window, sink=sink, real=real,
-                max_context_len=max(seq) + steps + rng.randint(0, 8))
+    return dict(page_size=ps, topk=topk, num_steps=steps, slot_stride=slots, seq_len=seq,
+                req_pool_index=pool_index, req_to_token=table, entry_page_size=entry,
+                window=window, sink=sink, real=real,
+                max_context_len=max(seq) + slots + rng.randint(0, 8))
+
+
+def regions_moved(case: dict) -> bool:
+    """Whether laying the branch regions out from num_steps instead of slot_stride would move a
+    real request's draft positions (at ps > 1 the two often round to the same pages)."""
+    ps = case["page_size"]
+
+    def region(n, slots):
+        return slots if ps == 1 else ps * ceil_div(n % ps + slots, ps)
+
+    return case["topk"] > 1 and any(region(n, case["slot_stride"]) != region(n, case["num_steps"])
+                                    for n in case["seq_len"][:case["real"]])
 
 
 def run_specgraph(program: str, case: dict) -> dict:
     keys = ("page_size", "topk", "num_steps", "seq_len", "req_pool_index", "req_to_token",
             "entry_page_size", "window", "sink")
     doc = {k: case[k] for k in keys}
+    if case["slot_stride"] != case["num_steps"]:
+        doc["slot_stride"] = case["slot_stride"]
     r = subprocess.run([program, "metadata", "kv-indices"], input=json.dumps(doc), text=True,
                        capture_output=True, check=False)
     if r.returncode != 0:
@@ -101,7 +125,8 @@ def run_specgraph(program: str, case: dict) -> dict:
 
 def run_sglang(mod, torch, case: dict, backend: str, blocks: int, device: str):
     """kv_indptr, kv_indices buffers after SGLang's kernel, launched as `backend` launches it."""
-    bs, topk, steps = len(case["seq_len"]), case["topk"], case["num_steps"]
+    # SGLang's num_steps is the row width S (its grid's steps); specgraph's is S - 1 or S.
+    bs, topk, steps = len(case["seq_len"]), case["topk"], case["slot_stride"]
     rows = bs * topk
     t = lambda x, dt: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
     seq = t(case["seq_len"], torch.int64)
@@ -206,7 +231,9 @@ def main(argv=None) -> int:
     rng = random.Random(a.seed)
     tally = dict(cases=0, launches=0, steps_compared=0, agree=0, disagree=0,
                  padded_cases=0, padded_indptr_differences=0, window_cases=0,
-                 page_granular_cases=0, topk_over_1=0, page_sizes={}, failures=[])
+                 page_granular_cases=0, topk_over_1=0, slot_stride_cases=0,
+                 slot_stride_regions_moved=0,
+                 slot_stride_agree=0, page_sizes={}, failures=[])
     t0 = time.time()
     for i in range(a.cases):
         case = make_case(rng)
@@ -216,6 +243,8 @@ def main(argv=None) -> int:
         tally["window_cases"] += case["window"] > 0
         tally["page_granular_cases"] += case["entry_page_size"] > 1
         tally["topk_over_1"] += case["topk"] > 1
+        tally["slot_stride_cases"] += case["slot_stride"] > case["num_steps"]
+        tally["slot_stride_regions_moved"] += regions_moved(case)
         ps = str(case["page_size"])
         tally["page_sizes"][ps] = tally["page_sizes"].get(ps, 0) + 1
         for backend, blocks in (("triton", 1), ("flashinfer", rng.choice([1, 2, 3]))):
@@ -232,6 +261,7 @@ def main(argv=None) -> int:
                 print(f"case {i} {backend} (blocks {blocks}): {problems[0]}")
             else:
                 tally["agree"] += 1
+                tally["slot_stride_agree"] += case["slot_stride"] > case["num_steps"]
         if (i + 1) % 50 == 0:
             print(f"{i + 1} cases, {tally['disagree']} launches disagree "
                   f"({time.time() - t0:.0f} s)", flush=True)
@@ -240,7 +270,9 @@ def main(argv=None) -> int:
     print(f"csr_vs_sglang: {tally['cases']} cases, {tally['launches']} SGLang launches "
           f"({tally['steps_compared']} steps): {tally['agree']} agree, {tally['disagree']} "
           f"disagree; {tally['padded_indptr_differences']} padded-row kv_indptr entries differ as "
-          f"documented ({tally['padded_cases']} padded cases)")
+          f"documented ({tally['padded_cases']} padded cases); {tally['slot_stride_cases']} cases "
+          f"with slot_stride > num_steps ({tally['slot_stride_regions_moved']} where the regions move), "
+          f"{tally['slot_stride_agree']} of their launches agree")
     return 1 if tally["disagree"] else 0
 
 

@@ -41,6 +41,7 @@ void check_kv_indices_output(const std::string& input, const std::string& output
   c.page_size = static_cast<std::int32_t>(at(in, "page_size").integer);
   c.topk = static_cast<std::int32_t>(at(in, "topk").integer);
   c.num_steps = static_cast<std::int32_t>(at(in, "num_steps").integer);
+  c.slot_stride = optional(in, "slot_stride", 0);  // absent: num_steps
   c.entry_page_size = optional(in, "entry_page_size", 1);
   c.window = optional(in, "window", 0);
   c.sink = optional(in, "sink", 0);

@@ -27,8 +27,9 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
                         " (the CSR path's per-step offsets)");
   const std::int64_t ps = o.page_size;
   // req_to_token row width: the longest prefix, plus (CSR) every branch's page-aligned region
-  // of nnp <= ceil((ps - 1 + num_steps) / ps) pages (docs/csr.md section 1).
-  const std::int64_t max_nnp = (ps - 1 + o.num_steps + ps - 1) / ps;
+  // of nnp <= ceil((ps - 1 + S) / ps) pages, S = slot_stride (docs/csr.md section 1).
+  const std::int64_t slots = o.slot_stride == 0 ? o.num_steps : o.slot_stride;
+  const std::int64_t max_nnp = (ps - 1 + slots + ps - 1) / ps;
   // The verify step: D tree tokens after the prefix (docs/verify.md section 1), D in
   // [0, 1 + topk * num_steps] (0: no verify step), the mask's cells within int32.
   const std::int64_t max_tree =

@@ -273,25 +273,28 @@ struct sim_engine::impl {
                             const std::vector<float>& fa3, const std::vector<float>& csr,
                             std::vector<double>& reference, run_report& report) const;
 
-  // The round's draft slots at their req_to_token positions P(r, t, j) = seq_len + t * ps *
-  // nnp + j (docs/csr.md section 1), which the CSR indices read, uploaded per request.
+  // The round's draft slots at their req_to_token positions P(r, t, j) = seq_len + t * region
+  // + j (docs/csr.md section 1), which the CSR indices read, uploaded per request. The engine
+  // lays each branch's region out from its row width S = slot_stride (--slot-stride), as SGLang
+  // does: S positions at page size 1, else ps * ceil((seq_len % ps + S) / ps).
   void write_draft_positions(std::int32_t batch) {
     const std::int32_t ps = opt.page_size, steps = opt.num_steps;
     // round_cache_loc's rows are slot_stride wide (--slot-stride), not num_steps.
-    const auto stride = static_cast<std::size_t>(rt->plan().config.slot_stride);
+    const std::int64_t slots = rt->plan().config.slot_stride;
+    const auto stride = static_cast<std::size_t>(slots);
     for (std::int32_t r = 0; r < batch; ++r) {
       const std::int64_t row = round_rows[static_cast<std::size_t>(r)];
       const std::int64_t seq = round_seq_len[static_cast<std::size_t>(r)];
-      const std::int64_t nnp = (seq % ps + steps + ps - 1) / ps;
+      const std::int64_t region = ps == 1 ? slots : ps * ((seq % ps + slots + ps - 1) / ps);
       std::int32_t* tokens = req_to_token.data() + row * width;
       for (std::int32_t t = 0; t < opt.topk; ++t) {
         for (std::int32_t j = 0; j < steps; ++j) {
-          tokens[seq + t * ps * nnp + j] = static_cast<std::int32_t>(
+          tokens[seq + t * region + j] = static_cast<std::int32_t>(
               round_cache_loc[(static_cast<std::size_t>(r) * opt.topk + t) * stride + j]);
         }
       }
       if (current_round == corrupt_draft_round && r == 0 && steps >= 2) tokens[seq + 1] = tokens[0];
-      const std::int64_t span = (opt.topk - 1) * ps * nnp + steps;
+      const std::int64_t span = (opt.topk - 1) * region + steps;
       ex->copy_to_device(d_req_to_token.as<std::int32_t>() + row * width + seq, tokens + seq,
                          static_cast<std::size_t>(span) * sizeof(std::int32_t));
     }
