@@ -118,6 +118,24 @@ std::unique_ptr<graph> draft_runtime::capture_graph(std::int32_t bucket, std::in
   }
 }
 
+void draft_runtime::install_graph(graph_slot& target, std::unique_ptr<graph> g, graph_timing& t,
+                                  capture_report& report) {
+  const auto t1 = clock_type::now();
+  guarding_cuda([&] {
+    t.nodes = g->node_count();
+    if (target.exec && ex_->update(*target.exec, *g)) {
+      t.updated = true;
+      ++report.updated;
+    } else {
+      target.exec = ex_->instantiate(*g);
+      ++report.instantiated;
+    }
+  });
+  t.instantiate_seconds = seconds_since(t1);
+  target.captured = std::move(g);
+  report.per_graph.push_back(t);
+}
+
 capture_report draft_runtime::capture(const std::function<void(int, int)>& progress) {
   ensure_usable();
   const draft_config& c = plan_->config;
@@ -144,21 +162,7 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
       const auto t0 = clock_type::now();
       std::unique_ptr<graph> g = capture_graph(bucket, s);
       t.capture_seconds = seconds_since(t0);
-      graph_slot& target = slot(bi, s);
-      const auto t1 = clock_type::now();
-      guarding_cuda([&] {
-        t.nodes = g->node_count();
-        if (target.exec && ex_->update(*target.exec, *g)) {
-          t.updated = true;
-          ++report.updated;
-        } else {
-          target.exec = ex_->instantiate(*g);
-          ++report.instantiated;
-        }
-      });
-      t.instantiate_seconds = seconds_since(t1);
-      target.captured = std::move(g);
-      report.per_graph.push_back(t);
+      install_graph(slot(bi, s), std::move(g), t, report);
       ++report.graphs;
       if (progress) progress(report.graphs, total);
     }

@@ -100,21 +100,7 @@ void draft_runtime::capture_verify_graphs(capture_report& report,
     const auto t0 = clock_type::now();
     std::unique_ptr<graph> g = capture_verify_graph(t.bucket);
     t.capture_seconds = seconds_since(t0);
-    graph_slot& target = *verify_graphs_[bi];
-    const auto t1 = clock_type::now();
-    guarding_cuda([&] {
-      t.nodes = g->node_count();
-      if (target.exec && ex_->update(*target.exec, *g)) {
-        t.updated = true;
-        ++report.updated;
-      } else {
-        target.exec = ex_->instantiate(*g);
-        ++report.instantiated;
-      }
-    });
-    t.instantiate_seconds = seconds_since(t1);
-    target.captured = std::move(g);
-    report.per_graph.push_back(t);
+    install_graph(*verify_graphs_[bi], std::move(g), t, report);
     ++report.graphs;
     ++report.verify_graphs;
     if (progress) progress(report.graphs, total);

@@ -257,6 +257,10 @@ class draft_runtime {
   void record_conditional_round(std::int32_t bucket);
   void check_replay_step(std::int32_t step) const;
   graph_slot& slot(std::size_t bucket_index, std::int32_t step) const;  // all_steps: round
+  // Updates target's exec in place from g where the topology allows, else instantiates it; keeps
+  // g, fills t's nodes / instantiate time and appends t to the report.
+  void install_graph(graph_slot& target, std::unique_ptr<graph> g, graph_timing& t,
+                     capture_report& report);
   void ensure_usable() const;
   template <class F>
   void guarding_cuda(F&& body);
