@@ -75,7 +75,7 @@ void expect_csr_step(sim_engine& eng, const std::vector<std::int32_t>& req_to_to
   EXPECT_EQ(std::vector<std::int64_t>(got.begin(), got.end()), want.ids[0])
       << "kv_indices, step " << s;
   // Bad input is recorded by the launch that computed the step (each request once).
-  const guard_word& g = eng.rt().read_guards()[static_cast<std::size_t>(p.layout.guard_csr(s))];
+  const guard_word g = eng.rt().read_guards()[static_cast<std::size_t>(p.layout.guard_csr(s))];
   EXPECT_EQ(g.violations, static_cast<std::int32_t>(want.records[0].size())) << describe(g);
 }
 
