@@ -48,6 +48,10 @@ kv_indices_params csr_params(const draft_buffers& b, std::int32_t bucket, std::i
   k.slot_limit = c.kv_slots;
   k.guard = b.guards() + p.layout.guard_csr(first);
   k.scratch = b.csr_scratch();
+  // Rows past a bound real batch, and (a plan with FA3 tables, whose prefix check runs first in
+  // the round) requests the prefix refused, are read as padded requests.
+  k.padding_from = detail::padding_from(in);
+  k.refused = p.layout.has_fa3 ? b.prefix_refused() : nullptr;
   // The plan's exact capacities, for the bucket's rows: C_s = rows * (M + s + 1) <= the plan's.
   const std::int64_t rows = static_cast<std::int64_t>(bucket) * c.topk;
   k.capacity =

@@ -26,6 +26,13 @@ struct round_reads {
   bool staged = true;
 };
 
+// Where the kernels start reading rows as padded requests (pool row 0, seq_len 1, slots 0):
+// inputs read in place with a real batch bound, from it (docs/engines.md); staged inputs are
+// padded by staging itself, and without a bound real batch every row is read.
+inline const std::int32_t* padding_from(const round_reads& in) {
+  return in.staged ? nullptr : in.real_batch;
+}
+
 // The arena's staged inputs (int32, stride 1; out_cache_loc packed, slot_stride per row).
 round_reads staged_reads(const draft_buffers& b);
 // An engine's tensors, after check_engine_inputs.

@@ -173,6 +173,7 @@ void detail::setup_round_from(executor& ex, const draft_buffers& b, std::int32_t
   p.guard = b.guards() + plan_layout::guard_prefix;
   p.slot_limit = c.kv_slots;
   p.refused = b.prefix_refused();
+  p.padding_from = detail::padding_from(in);
   // Only the cells in use and the ones the previous round left non-zero are written.
   p.high_water = b.prefix_high_water();
   p.high_water_before = b.prefix_high_water() + pl.max_bucket();
@@ -206,6 +207,9 @@ void detail::step_metadata_from(executor& ex, const draft_buffers& b, std::int32
   // Only real rows are layout-checked: without a real batch (inputs read in place, none bound)
   // real rows cannot be told from padding rows, and the check does not run.
   e.layout_check_batch = c.checked ? in.real_batch : nullptr;
+  // Rows past a bound real batch and requests the round's prefix refused: padded rows.
+  e.padding_from = detail::padding_from(in);
+  e.refused = b.prefix_refused();
   launch_expand_page_table(ex, e);
 }
 
@@ -230,6 +234,8 @@ void detail::step_metadata_device_from(executor& ex, const draft_buffers& b, std
   e.guard = b.guards() + plan_layout::guard_expand(0);
   e.slot_limit = c.kv_slots;
   e.layout_check_batch = c.checked ? in.real_batch : nullptr;
+  e.padding_from = detail::padding_from(in);
+  e.refused = b.prefix_refused();
   e.device_step = b.device_step();
   e.device_steps = c.num_steps;
   launch_expand_page_table(ex, e);

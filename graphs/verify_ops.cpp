@@ -90,8 +90,9 @@ verify_params verify_metadata_params(const draft_buffers& b, std::int32_t bucket
                     std::to_string(bucket) + " is not one of the planned buckets");
   const verify_view v = b.verify(bucket);
   detail::not_null("req_to_token", in.tables.req_to_token);
-  detail::not_null("custom_mask", in.custom_mask);
   detail::between("mask_cells", in.mask_cells, 0, std::int64_t{1} << 62, "the limit");
+  // An empty mask (an idle rank's: no real request has cells) may have no storage.
+  if (in.mask_cells > 0) detail::not_null("custom_mask", in.custom_mask);
   SPECGRAPH_EXPECTS((in.req_pool_index == nullptr) == (in.seq_len == nullptr), "seq_len",
                     std::string(in.seq_len == nullptr ? "null" : "given") +
                         " while req_pool_index is " +

@@ -22,6 +22,9 @@ cuda_rows_fn cuda_prefix_check() {
 cuda_rows_fn cuda_prefix_fill() {
   return &cuda_rows<prefix_fill_kernel>;
 }
+cuda_rows_fn cuda_prefix_clear() {
+  return &cuda_rows<prefix_clear_kernel>;
+}
 cuda_rows_fn cuda_sparse_stage() {
   return &cuda_rows<sparse_stage_kernel>;
 }
@@ -82,6 +85,7 @@ int load_cuda_kernels() {
   const int results[] = {cuda_rows_load<expand_page_table_kernel>(),
                          cuda_rows_load<prefix_check_kernel>(),
                          cuda_rows_load<prefix_fill_kernel>(),
+                         cuda_rows_load<prefix_clear_kernel>(),
                          cuda_rows_load<sparse_stage_kernel>(),
                          cuda_rows_load<stage_inputs_kernel>(),
                          cuda_rows_load<count_violations_kernel>(),

@@ -8,6 +8,7 @@ namespace specgraph::kernels {
 cuda_rows_fn cuda_expand_page_table();
 cuda_rows_fn cuda_prefix_check();
 cuda_rows_fn cuda_prefix_fill();
+cuda_rows_fn cuda_prefix_clear();
 cuda_rows_fn cuda_sparse_stage();
 cuda_rows_fn cuda_stage_inputs();
 cuda_rows_fn cuda_count_violations();

@@ -12,6 +12,9 @@ cuda_rows_fn cuda_prefix_check() {
 cuda_rows_fn cuda_prefix_fill() {
   return nullptr;
 }
+cuda_rows_fn cuda_prefix_clear() {
+  return nullptr;
+}
 cuda_rows_fn cuda_sparse_stage() {
   return nullptr;
 }

@@ -11,7 +11,11 @@
 //   fill:  one thread per (step k, row q, entry i), entries fastest so stores coalesce: entry 0
 //          writes kv_indptr[k][q + 1] (row 0 also kv_indptr[k][0]); entry i < len writes its slot
 //          through checked_store against the step's capacity. No atomics on the healthy path.
-// A refused request's rows have length 0: kv_indptr stays complete and monotone.
+// A refused request's rows are a padded request's (pool row 0, seq_len 1, docs/csr.md section
+// 2), each slot of them out of range stored as the dummy slot 0; only when pool row 0 is too
+// narrow even for a padded request are they empty. A request the round's prefix check refused
+// is refused here too (its rows padded; the guard records only what this launch finds), and a
+// request past the device real batch is read as a padded request to begin with.
 // With a device step counter (p.device_step) every pass reads the step from device memory and
 // computes that step alone (kv_active_steps); the grids are sized for the widest step.
 //
@@ -23,6 +27,7 @@
 #include <cstdint>
 
 #include "kernels/guard_ops.hpp"
+#include "kernels/padding_rows.hpp"
 #include "specgraph/kv_indices.hpp"
 
 namespace specgraph::kernels {
@@ -113,14 +118,19 @@ SPECGRAPH_HD bool kv_bad_slot(const kv_indices_params& p, std::int64_t slot) {
   return p.kv_indices_i32 != nullptr && slot > 0x7fffffff;
 }
 
-// The request's view, or false when a scalar is out of range (pool row, seq_len, row width);
-// d_max: the draft tokens the widest computed step reads.
-// The pool row and seq_len are loaded as int64 (int32 or int64 inputs at any stride) and
-// range-checked before they are narrowed.
-SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, std::int32_t d_max,
-                                kv_request* out) {
-  const std::int64_t pool_row64 = p.req_pool_index.load(r);
-  const std::int64_t seq_len64 = p.seq_len.load(r);
+// The request's pool row and seq_len as the launch reads them: a padded request's (pool row 0,
+// seq_len 1) past the device real batch, whatever the inputs hold there.
+SPECGRAPH_HD std::int64_t kv_pool_row(const kv_indices_params& p, std::int32_t r) {
+  return past_real_batch(p.padding_from, r) ? 0 : p.req_pool_index.load(r);
+}
+SPECGRAPH_HD std::int64_t kv_seq_len(const kv_indices_params& p, std::int32_t r) {
+  return past_real_batch(p.padding_from, r) ? 1 : p.seq_len.load(r);
+}
+
+// The view of a request with these scalars, or false when one is out of range (pool row,
+// seq_len, row width); d_max: the draft tokens the widest computed step reads.
+SPECGRAPH_HD bool kv_request_at(const kv_indices_params& p, std::int64_t pool_row64,
+                                std::int64_t seq_len64, std::int32_t d_max, kv_request* out) {
   if (pool_row64 < 0 || pool_row64 >= p.pool_rows) return false;
   if (seq_len64 < 0 || seq_len64 > p.max_seq_len) return false;
   const auto pool_row = static_cast<std::int32_t>(pool_row64);
@@ -134,11 +144,25 @@ SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, std:
   return last < p.req_to_token_stride * p.entry_page_size;
 }
 
+// Request r's view. The pool row and seq_len are loaded as int64 (int32 or int64 inputs at any
+// stride) and range-checked before they are narrowed.
+SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, std::int32_t d_max,
+                                kv_request* out) {
+  return kv_request_at(p, kv_pool_row(p, r), kv_seq_len(p, r), d_max, out);
+}
+
+// What a refused request's rows hold: a padded request's (pool row 0, seq_len 1); false when
+// even that does not fit pool row 0 (the rows are then empty).
+SPECGRAPH_HD bool kv_padding_request(const kv_indices_params& p, std::int32_t d_max,
+                                     kv_request* out) {
+  return kv_request_at(p, 0, 1, d_max, out);
+}
+
 // Records in `g` why kv_request_of refused request r (guard row: the request's first query row).
 SPECGRAPH_HD void kv_record_request(const kv_indices_params& p, guard_word* g, std::int32_t r,
                                     kernel_id id) {
-  const std::int64_t pool_row = p.req_pool_index.load(r);  // as loaded: named unnarrowed
-  const std::int64_t seq_len = p.seq_len.load(r);
+  const std::int64_t pool_row = kv_pool_row(p, r);  // as loaded: named unnarrowed
+  const std::int64_t seq_len = kv_seq_len(p, r);
   const std::int32_t row = r * p.topk;
   if (pool_row < 0 || pool_row >= p.pool_rows) {
     guard_record(g, violation_kind::bad_input, id, row, -1, p.pool_rows, pool_row);
@@ -176,6 +200,9 @@ struct kv_check_kernel {
     }
     const std::int32_t d_max = p.first_step + steps.end;
     guard_word* g = p.guard + steps.begin;  // bad input: the first computed step's word
+    // Refused by the round's prefix check: padding in every table of the round (its own
+    // inputs are still checked below, and recorded, as any request's).
+    if (t == 0 && i == 0 && p.refused != nullptr && p.refused[r] != 0) p.scratch[r] = 1;
     kv_request v{};
     if (!kv_request_of(p, r, d_max, &v)) {
       if (t == 0 && i == 0) {
@@ -201,16 +228,27 @@ struct kv_scan_kernel {
   static std::int64_t rows(const params& p) { return p.batch > 0 ? 1 : 0; }
 
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
+    const kv_steps steps = kv_active_steps(p);
+    if (steps.begin == steps.end) return;  // nothing is filled
+    // A refused request's rows are a padded request's, or empty when that does not fit.
+    kv_request pad{};
+    const bool pad_fits = kv_padding_request(p, p.first_step + steps.end, &pad);
     // int64 running sums: the stored ones (before r) are <= rows * Lmax <= INT32_MAX, the sum
-    // after the last request need not be.
-    std::int64_t kept = 0, accepted = 0;
+    // after the last request need not be. "Filled": requests whose rows are not empty.
+    std::int64_t kept = 0, filled = 0;
     for (std::int32_t r = 0; r < p.batch; ++r) {
       p.scratch[p.batch + r] = static_cast<std::int32_t>(kept);
-      p.scratch[2 * p.batch + r] = static_cast<std::int32_t>(accepted);
-      if (p.scratch[r] != 0) continue;
+      p.scratch[2 * p.batch + r] = static_cast<std::int32_t>(filled);
+      if (p.scratch[r] != 0) {
+        if (pad_fits) {
+          kept += pad.kept;
+          ++filled;
+        }
+        continue;
+      }
       // Accepted: seq_len in [0, max_seq_len], so the narrowing is exact.
-      kept += kv_kept(p, static_cast<std::int32_t>(p.seq_len.load(r)));
-      ++accepted;
+      kept += kv_kept(p, static_cast<std::int32_t>(kv_seq_len(p, r)));
+      ++filled;
     }
   }
 };
@@ -248,9 +286,11 @@ struct kv_fill_kernel {
     const std::int32_t d = p.first_step + k + 1;
     const bool accepted = p.scratch[r] == 0;
     kv_request v{};
-    if (accepted) kv_request_of(p, r, p.first_step + steps.end, &v);  // true: the check accepted
-    const std::int32_t len = accepted ? v.kept + d : 0;
-    // topk * (sum of Lw before r + accepted requests before r * d) + t * len: <= INT32_MAX.
+    // Accepted: true (the check accepted it); refused: a padded request's rows if they fit.
+    const bool fits = accepted ? kv_request_of(p, r, p.first_step + steps.end, &v)
+                               : kv_padding_request(p, p.first_step + steps.end, &v);
+    const std::int32_t len = fits ? v.kept + d : 0;
+    // topk * (sum of Lw before r + filled requests before r * d) + t * len: <= INT32_MAX.
     const std::int32_t start =
         p.topk * (p.scratch[p.batch + r] + p.scratch[2 * p.batch + r] * d) + t * len;
     const std::int32_t rows_plus_one = p.batch * p.topk + 1;
@@ -261,7 +301,10 @@ struct kv_fill_kernel {
       checked_store(indptr, q + 1, rows_plus_one, start + len, g, id, q);
     }
     if (i >= len) return;
-    const std::int64_t slot = kv_slot(p, v, kv_entry_position(p, v, t, i));
+    std::int64_t slot = kv_slot(p, v, kv_entry_position(p, v, t, i));
+    // A refused request's padded rows were not checked: an out-of-range slot of pool row 0 is
+    // stored as the dummy slot 0 (the refusal is already recorded).
+    if (!accepted && kv_bad_slot(p, slot)) slot = 0;
     const std::int32_t capacity = p.capacity + k * p.capacity_growth;  // validated <= INT32_MAX
     if (p.kv_indices_i32 != nullptr) {
       checked_store(step_indices(p, p.kv_indices_i32, k), start + i, capacity, slot, g, id, q);

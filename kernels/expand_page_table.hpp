@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/guard_ops.hpp"
+#include "kernels/padding_rows.hpp"
 #include "specgraph/metadata.hpp"
 
 namespace specgraph::kernels {
@@ -89,6 +90,13 @@ struct expand_page_table_kernel {
     const std::int32_t last_page_len = p.last_page_len[request];
     const auto slot_of = [&](std::int32_t j) { return slot_at(p, request, branch, j); };
     std::int32_t* table_row = p.page_table + row64 * p.page_table_stride;
+
+    // A request past the device real batch, or one the round's prefix check refused, is a
+    // padded request (every slot 0): its slots are not read, nothing is recorded for it.
+    if (padded_request(p.padding_from, p.refused, request)) {
+      write_padded_row(p, row, table_row);
+      return;
+    }
 
     // Input check first, so a row with a bad value is written as a padded row instead (no page
     // id of an earlier round survives in it). A slot whose page id does not fit the int32

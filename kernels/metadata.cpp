@@ -222,7 +222,12 @@ void launch_prefix_metadata(executor& ex, const prefix_params& p) {
   validate(p);
   not_null("refused", p.refused);
   if (p.high_water != nullptr) not_null("high_water_before", p.high_water_before);
-  ex.fill_bytes(p.refused, 0, static_cast<std::size_t>(p.batch) * sizeof(std::int32_t));
+  if (p.run_when_zero != nullptr) {
+    ex.launch(
+        make_kernel_launch<kernels::prefix_clear_kernel>(p, p.batch, kernels::cuda_prefix_clear()));
+  } else {
+    ex.fill_bytes(p.refused, 0, static_cast<std::size_t>(p.batch) * sizeof(std::int32_t));
+  }
   const std::int64_t cells = kernels::prefix_check_kernel::rows(p);
   ex.launch(
       make_kernel_launch<kernels::prefix_check_kernel>(p, cells, kernels::cuda_prefix_check()));

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "kernels/guard_ops.hpp"
+#include "kernels/padding_rows.hpp"
 #include "specgraph/metadata.hpp"
 
 namespace specgraph::kernels {
@@ -59,12 +60,21 @@ SPECGRAPH_HD void prefix_request_at(const prefix_params& p, std::int32_t pool_ro
   out->prefix_pages = (seq_len - out->last_page_len) / p.page_size;
 }
 
+// The request's pool row and seq_len as the round reads them: a padded request's (pool row 0,
+// seq_len 1) at or past the device real batch, whatever the inputs hold there.
+SPECGRAPH_HD std::int64_t prefix_pool_row(const prefix_params& p, std::int32_t r) {
+  return past_real_batch(p.padding_from, r) ? 0 : p.req_pool_index.load(r);
+}
+SPECGRAPH_HD std::int64_t prefix_seq_len(const prefix_params& p, std::int32_t r) {
+  return past_real_batch(p.padding_from, r) ? 1 : p.seq_len.load(r);
+}
+
 // The request's pool row and seq_len are loaded as int64 (the inputs may be int32 or int64, at
 // any stride) and range-checked before they are narrowed: an int64 that does not fit int32 is
 // out of range like any other.
 SPECGRAPH_HD bool prefix_request_of(const prefix_params& p, std::int32_t r, prefix_request* out) {
-  const std::int64_t pool_row = p.req_pool_index.load(r);
-  const std::int64_t seq_len = p.seq_len.load(r);
+  const std::int64_t pool_row = prefix_pool_row(p, r);
+  const std::int64_t seq_len = prefix_seq_len(p, r);
   if (pool_row < 0 || pool_row >= p.pool_rows) return false;
   if (seq_len < 0 || seq_len > prefix_seq_limit(p)) return false;
   prefix_request_at(p, static_cast<std::int32_t>(pool_row), static_cast<std::int32_t>(seq_len),
@@ -117,12 +127,12 @@ struct prefix_check_kernel {
     if (!prefix_request_of(p, r, &q)) {
       if (c.column == 0) {
         // The value as loaded (int64: an int64 input that does not fit int32 is named as is).
-        const std::int64_t pool_row = p.req_pool_index.load(r);
+        const std::int64_t pool_row = prefix_pool_row(p, r);
         if (pool_row < 0 || pool_row >= p.pool_rows) {
           guard_record(p.guard, violation_kind::bad_input, id, r, -1, p.pool_rows, pool_row);
         } else {
           guard_record(p.guard, violation_kind::bad_input, id, r, -1,
-                       static_cast<std::int32_t>(prefix_seq_limit(p)), p.seq_len.load(r));
+                       static_cast<std::int32_t>(prefix_seq_limit(p)), prefix_seq_len(p, r));
         }
         p.refused[r] = 1;
       }
@@ -146,6 +156,21 @@ struct prefix_check_kernel {
         }
       }
     }
+  }
+};
+
+// With a device step counter (run_when_zero) the refused flags are cleared by this kernel at
+// step 0 only, not by a memset before every step: the expand and CSR kernels of every step of
+// the round read them (a refused request is padding in every table of its round).
+struct prefix_clear_kernel {
+  using params = prefix_params;
+  static constexpr const char* name = "prefix_clear";
+
+  static std::int64_t rows(const params& p) { return p.batch; }
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t r) {
+    if (p.run_when_zero != nullptr && *p.run_when_zero != 0) return;
+    p.refused[r] = 0;
   }
 };
 

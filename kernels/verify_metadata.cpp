@@ -123,7 +123,9 @@ void validate(const verify_params& p) {
   between("batch", p.batch, 1, limits::max_batch, "the limit");
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.draft_tokens;
   at_most("batch", rows, limits::max_rows, "the row limit (batch * draft_tokens)");
-  between("real_batch", p.real_batch, 1, p.batch, "batch");
+  // 0: an idle rank (data-parallel attention replays the verify graph there too), every
+  // request padding.
+  between("real_batch", p.real_batch, 0, p.batch, "batch");
   between("max_seq_len", p.max_seq_len, 1, limits::max_context_len, "the limit");
   between("req_to_token_stride", p.req_to_token_stride, 1, int32_max, "the limit");
   between("pool_rows", p.pool_rows, 1, limits::max_pool_rows, "the limit");
@@ -140,7 +142,9 @@ void validate(const verify_params& p) {
   not_null("req_to_token", p.req_to_token);
   not_null("req_pool_index", p.req_pool_index);
   not_null("seq_len", p.seq_len);
-  not_null("custom_mask", p.custom_mask);
+  // An empty mask (no real request's cells: an idle rank) may have no storage at all; a mask
+  // shorter than the formula is refused on the device before it is read.
+  if (p.mask_cells > 0) not_null("custom_mask", p.custom_mask);
   not_null("guard", p.guard);
   const bool fa3 = fa3_set(p), flashinfer = flashinfer_set(p);
   SPECGRAPH_EXPECTS(fa3 || flashinfer, "fa3",

@@ -38,7 +38,8 @@ struct model_round {
   std::vector<std::vector<std::int32_t>> cache_seqlen;  // [step][rows]
   std::vector<std::vector<std::int64_t>> probe;         // [step][rows]
   // Refused inputs the guards must count: prefix (one per request whose pool row or length is
-  // out of range, else one per page whose slot is), and per step one per refused query row.
+  // out of range, else one per page whose slot is), and per step one per refused query row
+  // (rows of a request refused at the prefix are padding and not counted again).
   std::int32_t prefix_violations = 0;
   std::vector<std::int32_t> expand_violations;  // [step]
 };
@@ -97,6 +98,7 @@ inline model_round model_draft_round(
   const bool checks = c.kv_slots > 0;
   auto bad_slot = [&](std::int64_t slot) { return checks && (slot < 0 || slot >= c.kv_slots); };
   m.prefix_table.assign(static_cast<std::size_t>(B) * m.prefix_columns, 0);
+  std::vector<bool> refused_at_prefix(static_cast<std::size_t>(B), false);
   for (std::int32_t r = 0; r < B; ++r) {
     std::int32_t pool = m.req_pool_index[static_cast<std::size_t>(r)];
     std::int32_t len = m.seq_len[static_cast<std::size_t>(r)];
@@ -117,6 +119,7 @@ inline model_round model_draft_round(
     if (padded) {
       pool = 0;
       len = 1;
+      refused_at_prefix[static_cast<std::size_t>(r)] = true;
     }
     const std::int32_t partial = len % ps;
     m.last_page_len.push_back(partial);
@@ -140,12 +143,15 @@ inline model_round model_draft_round(
     for (std::int32_t row = 0; row < rows; ++row) {
       const std::int32_t r = row / topk;
       // A row with a slot out of range is written as a padded request's row: every page the
-      // dummy page, cache_seqlen 1 % ps + d.
-      bool refused = false;
-      for (std::int32_t j = 0; j < d; ++j) {
-        refused = refused || bad_slot(m.out_cache_loc[static_cast<std::size_t>(row * stride + j)]);
+      // dummy page, cache_seqlen 1 % ps + d. So is every row of a request refused at the prefix
+      // (section 4: padding in every table of its round), its slots unread and not counted.
+      bool refused = refused_at_prefix[static_cast<std::size_t>(r)];
+      for (std::int32_t j = 0; j < d && !refused; ++j) {
+        if (bad_slot(m.out_cache_loc[static_cast<std::size_t>(row * stride + j)])) {
+          refused = true;
+          ++violations;
+        }
       }
-      violations += refused ? 1 : 0;
       seqlens.push_back((refused ? 1 % ps : m.last_page_len[static_cast<std::size_t>(r)]) + d);
       std::int32_t runs = 0;
       std::int64_t last = -1;

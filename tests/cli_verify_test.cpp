@@ -97,7 +97,7 @@ TEST(CliVerify, InvalidInputIsOneLineNamingTheField) {
        "custom_mask: 36 cells, the formula sum(D * (seq_len + D)) over the real requests gives "
        "52: seq_len seems to include the D verify tokens already (the mask is D * D * "
        "real_batch = 16 cells shorter); pass seq_len without the verify tokens"},
-      {b1_input(R"(,"real_batch":2)"), "real_batch: 2 is outside [1, batch 1]"},
+      {b1_input(R"(,"real_batch":2)"), "real_batch: 2 is outside [0, batch 1]"},
       {b1_input(R"(,"topk":2)"), "'topk': unknown key"},
       {b1_input(R"(,"kv_indices_capacity":-1)"), "kv_indices_capacity: -1 is below the minimum 0"},
       {b1_input("", "10"),

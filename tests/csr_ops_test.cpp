@@ -193,6 +193,64 @@ TEST_P(CsrOps, CapturedRoundFollowsEachReplaysInputs) {
   }
 }
 
+// docs/csr.md section 3: C_s = rows * (M + s + 1) is exact, "a full batch at seq_len = M uses
+// all of it". req_to_token rows wider than M (as engines allocate them) leave the branch
+// region room, so one request at seq_len = M fills every step's capacity to the last cell.
+TEST_P(CsrOps, ARequestAtMaxContextLenFillsEveryStepsCapacityExactly) {
+  std::mt19937_64 rng(test_seed());
+  constexpr std::int32_t m = 8, width = 10, n = 2;
+  draft_config c;
+  c.max_batch = 1;
+  c.topk = 1;
+  c.num_steps = n;
+  c.page_size = 1;
+  c.max_context_len = m;
+  c.pool_rows = 2;
+  c.kv_slots = 1 << 12;
+  c.formats = metadata_formats::csr;
+  const plan p = make_plan(c);
+  device_buffer arena(*ex, p.total_bytes);
+  const draft_buffers b(p, arena.data());
+  initialize_buffers(*ex, b);
+  std::vector<std::int32_t> r2t(2 * width, 0);
+  for (std::int32_t j = 0; j < width; ++j) {
+    r2t[static_cast<std::size_t>(width + j)] = static_cast<std::int32_t>(1 + rng() % 4095);
+  }
+  dvec<std::int32_t> rtt(*ex, r2t), pool(*ex, {1}), seq(*ex, {m});
+  dvec<std::int64_t> slots(*ex, std::vector<std::int64_t>(n, 0));
+  engine_tables tables{rtt.data()};
+  tables.req_to_token_stride = width;
+  for (const bool per_step : {false, true}) {
+    SCOPED_TRACE(per_step ? "csr_step_indices" : "csr_round_indices");
+    for (std::int32_t s = 0; s < n; ++s) {
+      ex->fill_bytes(b.csr_kv_indices(s), 0xA5,
+                     static_cast<std::size_t>(p.layout.csr_capacity[static_cast<std::size_t>(s)]) *
+                         sizeof(std::int32_t));
+    }
+    const std::int32_t bucket = stage_round(*ex, b, {1, pool.data(), seq.data(), slots.data()});
+    setup_round(*ex, b, bucket, tables);
+    if (per_step) {
+      for (std::int32_t s = 0; s < n; ++s) csr_step_indices(*ex, b, bucket, s, tables);
+    } else {
+      csr_round_indices(*ex, b, bucket, tables);
+    }
+    const auto guards =
+        read<guard_word>(*ex, b.guards(), static_cast<std::size_t>(p.layout.guard_count));
+    for (std::int32_t s = 0; s < n; ++s) {
+      SCOPED_TRACE("step " + std::to_string(s));
+      // Row 0 lists positions 0 .. M - 1, then draft tokens 0 .. s at M .. M + s: M + s + 1.
+      const auto cap = static_cast<std::size_t>(p.layout.csr_capacity[static_cast<std::size_t>(s)]);
+      ASSERT_EQ(cap, static_cast<std::size_t>(m + s + 1));
+      EXPECT_EQ(read<std::int32_t>(*ex, b.csr_kv_indptr() + s * (p.max_rows() + 1), 2),
+                (std::vector<std::int32_t>{0, m + s + 1}));
+      const std::vector<std::int32_t> want(r2t.begin() + width, r2t.begin() + width + m + s + 1);
+      EXPECT_EQ(read<std::int32_t>(*ex, b.csr_kv_indices(s), cap), want);
+      const guard_word& g = guards[static_cast<std::size_t>(p.layout.guard_csr(s))];
+      EXPECT_EQ(g.violations, 0) << describe(g);
+    }
+  }
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(CsrOps);
 
 TEST(CsrOpsBinding, BuffersShortOfTheExactCapacityAreRefusedByName) {

@@ -83,6 +83,18 @@ inline kv_expected kv_reference(const kv_case& c) {
   out.indptr.assign(c.step_count, {0});
   out.ids.assign(c.step_count, {});
   out.records.assign(c.step_count, {});
+  // A refused request's rows are a padded request's (docs/csr.md section 2): pool row 0,
+  // seq_len 1 (one kept position, its regions from S), each out-of-range slot stored as the
+  // dummy slot 0; empty should pool row 0 be too narrow even for that.
+  const std::int64_t S = c.slot_stride == 0 ? c.num_steps : c.slot_stride;
+  const std::int64_t pad_region = ps == 1 ? S : ps * ((1 % ps + S + ps - 1) / ps);
+  const bool pad_fits = 1 + (c.topk - 1) * pad_region + d_max - 1 < c.width * E;
+  auto pad_id = [&](std::int32_t t, std::int64_t i) {  // entry i of branch t's padded row
+    const std::int64_t p = i == 0 ? 0 : 1 + t * pad_region + (i - 1);
+    const std::int64_t id = static_cast<std::int64_t>(c.req_to_token[p / E]) * E + p % E;
+    const bool bad = id < 0 || id >= c.slot_limit || (!c.int64_indices && id > INT32_MAX);
+    return bad ? std::int64_t{0} : id;
+  };
   for (std::int32_t r = 0; r < c.batch(); ++r) {
     const std::int32_t pool = c.req_pool_index[r];
     const std::int64_t seq = c.seq_len[r];
@@ -106,7 +118,6 @@ inline kv_expected kv_reference(const kv_case& c) {
       }
       // Each branch owns S = slot_stride draft slots, rounded up to whole pages after the
       // prefix's partial page (S positions at page size 1).
-      const std::int64_t S = c.slot_stride == 0 ? c.num_steps : c.slot_stride;
       region = ps == 1 ? S : ps * ((seq % ps + S + ps - 1) / ps);
       if (seq + (c.topk - 1) * region + d_max - 1 >= c.width * E) {
         ok = false;
@@ -135,11 +146,15 @@ inline kv_expected kv_reference(const kv_case& c) {
       }
     }
     for (std::int32_t k = 0; k < c.step_count; ++k) {
-      const std::size_t len = refused ? 0 : kept.size() + c.first_step + k + 1;
+      const std::size_t d = static_cast<std::size_t>(c.first_step + k + 1);
+      const std::size_t len = !refused ? kept.size() + d : (pad_fits ? 1 + d : 0);
       for (std::int32_t t = 0; t < c.topk; ++t) {
         auto& indptr = out.indptr[k];
         indptr.push_back(indptr.back() + static_cast<std::int32_t>(len));
-        for (std::size_t i = 0; i < len; ++i) out.ids[k].push_back(branch_ids[t][i]);
+        for (std::size_t i = 0; i < len; ++i) {
+          out.ids[k].push_back(refused ? pad_id(t, static_cast<std::int64_t>(i))
+                                       : branch_ids[t][i]);
+        }
       }
     }
   }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/forwarding_executor.hpp"
 #include "specgraph/ops.hpp"
@@ -152,6 +153,50 @@ TEST_P(RoundLimits, AnEngineConditionThatNeverStopsEndsAtNumSteps) {
     EXPECT_EQ(rt.read_round_depth(), num_steps);
     EXPECT_EQ(count.download()[0], num_steps);
     for (const guard_word& g : rt.read_guards()) EXPECT_EQ(g.violations, 0) << describe(g);
+  }
+}
+
+// docs/device-rounds.md: padded rows never keep a round alive, also when the engine's bound
+// real-batch word (inputs read in place) is larger than the bucket replayed: the word is clamped
+// to the bucket, so the rows past it (another request's, or stale) are not the round's. The body
+// never advances the step, so only the condition (and the body limit) ends the round.
+TEST_P(RoundLimits, ARealBatchWordAboveTheBucketIsClampedToIt) {
+  std::mt19937_64 rng(test_seed());
+  const plan p = make_plan(depth_config());
+  const std::int32_t topk = p.config.topk, bucket = 2, word = 3;
+  device_buffer arena(*ex, p.total_bytes);
+  const draft_buffers b(p, arena.data());
+  initialize_buffers(*ex, b);
+  const auto rows = static_cast<std::size_t>(p.max_rows());
+  dvec<std::int64_t> index(*ex, static_cast<std::size_t>(p.max_bucket()), 0);
+  dvec<std::int64_t> slots(*ex, rows * num_steps, 0);
+  dvec<std::int32_t> real(*ex, {word});
+  engine_inputs in;
+  in.req_pool_index = {index.data(), index_type::int64, 1};
+  in.seq_len = {index.data(), index_type::int64, 1};
+  in.out_cache_loc = {slots.data(), index_type::int64, topk * num_steps, num_steps, 1, num_steps};
+  in.real_batch = real.data();
+  dvec<std::int32_t> count(*ex, 1, 0);
+  ex->begin_capture();
+  launch_count(*ex, count.data());
+  const std::unique_ptr<graph> body = ex->end_capture();
+  const std::unique_ptr<graph_exec> round =
+      ex->instantiate(*capture_device_depth_round(*ex, b, bucket, *body, in));
+  for (const bool real_row_confident : {false, true}) {
+    SCOPED_TRACE(real_row_confident ? "a real row confident" : "no real row confident");
+    std::vector<float> confidence(rows, -1.0f);
+    // Request 2's rows: inside the word, past the bucket.
+    for (std::size_t r = static_cast<std::size_t>(bucket * topk);
+         r < static_cast<std::size_t>(word * topk); ++r) {
+      confidence[r] = 1.0f;
+    }
+    if (real_row_confident) confidence[rng() % static_cast<std::size_t>(bucket * topk)] = 1.0f;
+    ex->copy_to_device(b.confidence(), confidence.data(), rows * sizeof(float));
+    begin_round(*ex, b, num_steps, 0.0f);
+    write_word(*ex, count.data(), 0);
+    ex->launch_graph(*round);
+    // One body (the WHILE node's first), or every body up to the limit.
+    EXPECT_EQ(count.download()[0], real_row_confident ? num_steps : 1);
   }
 }
 

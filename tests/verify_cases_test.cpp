@@ -151,6 +151,37 @@ TEST(VerifyExamples, B3PaddedRequestAttendsEverything) {
   EXPECT_EQ(head(o.packed, 5), (bytes{159, 223, 23, 255, 15}));
 }
 
+// An idle rank under data-parallel attention replays verify too: real_batch 0 and the exactly
+// sized empty mask are accepted, and every request is written as a padded one (docs/verify.md
+// section 4: no mask cells, every cell attended), by the launcher and the host twin alike.
+TEST(VerifyExamples, AnIdleRankHasRealBatch0AndAnEmptyMask) {
+  verify_case c;
+  c.page_size = 4;
+  c.draft_tokens = 3;
+  c.max_seq_len = 6;
+  c.width = 12;
+  c.seq_len = {1, 1};
+  c.req_pool_index = {0, 0};
+  c.real_batch = 0;
+  add_row(c, [](std::int32_t p) { return 20 + p; });
+  size_exactly(c);
+  const verify_outputs o = run_both(c);
+  // Each padded request: seq_len 1 on pool row 0, its D tree tokens at positions 1 .. 3.
+  EXPECT_EQ(head(o.kv_indptr, 3), (ints{0, 4, 8}));
+  EXPECT_EQ(head(o.kv_indices, 8), (ints{20, 21, 22, 23, 20, 21, 22, 23}));
+  EXPECT_EQ(head(o.mask_indptr, 3), (ints{0, 12, 24}));
+  // 12 cells a request, all attended: one full byte and 4 bits.
+  EXPECT_EQ(head(o.packed, 4), (bytes{255, 15, 255, 15}));
+  EXPECT_EQ(head(o.expand_cache_seqlen, 6), (ints{3, 3, 3, 3, 3, 3}));
+  // The empty mask may have no storage at all.
+  verify_host_buffers outputs(c);
+  outputs.p.custom_mask = nullptr;
+  outputs.p.mask_cells = 0;
+  validate(outputs.p);
+  verify_metadata_host(outputs.p);
+  EXPECT_FALSE(outputs.untouched());
+}
+
 // Lengths that already include the D verify tokens (SGLang #32666 at bs 5, D 5): the mask,
 // built from the true lengths, is D * D per request shorter than the formula gives. The host
 // twin refuses it by name with the fix and writes nothing; the kernels refuse every real request

@@ -78,8 +78,8 @@ int metadata_verify(std::istream& in, std::ostream& out, std::ostream& err) {
     p.real_batch = bs;
     if (const json* v = member(doc, "real_batch")) {
       p.real_batch = as_int32(*v, "real_batch");
-      if (p.real_batch < 1 || p.real_batch > bs) {
-        throw json_error("real_batch: " + std::to_string(p.real_batch) + " is outside [1, " +
+      if (p.real_batch < 0 || p.real_batch > bs) {  // 0: an idle rank, every request padding
+        throw json_error("real_batch: " + std::to_string(p.real_batch) + " is outside [0, " +
                          "batch " + std::to_string(bs) + "]");
       }
     }

@@ -62,10 +62,13 @@ struct engine_inputs {
   engine_index seq_len;
   engine_slots out_cache_loc;
   // Optional: an int32 [1] in executor memory the engine writes with each round's real batch.
-  // Null: every row of the replayed bucket is treated as real (engines that pad their own
-  // static rows with pool row 0, seq_len 1 and slots 0, which is specgraph's padding row); the
-  // branch-layout check (config.checked) then does not run (it needs to tell real rows from
-  // padding rows) and device_depth's continue condition looks at every row.
+  // Rows at or past it (clamped to [0, bucket]) are padding rows whatever the tensors hold
+  // there: every kernel reads them as a padded request (pool row 0, seq_len 1, slots 0), in
+  // every replay mode and format; it also feeds the branch-layout check and device_depth's
+  // continue condition (real rows only). Null: every row of the replayed bucket is read as
+  // real (engines that pad their own static rows with pool row 0, seq_len 1 and slots 0, which
+  // is specgraph's padding row); the branch-layout check (config.checked) then does not run
+  // (it needs to tell real rows from padding rows) and the continue condition looks at every row.
   const std::int32_t* real_batch = nullptr;
 };
 

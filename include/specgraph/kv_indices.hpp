@@ -6,7 +6,8 @@
 // (invalid_argument naming the field, its value and the limit; nothing launched or written); the
 // kernels are enqueued on the executor's stream (asynchronous, no synchronisation, no allocation:
 // capture-safe); input contents in device memory are checked by the kernels (a request with a bad
-// value is recorded as bad_input in guard[0] and its rows are empty); every kv_indices store is
+// value is recorded as bad_input in guard[0] and its rows are a padded request's: pool row 0,
+// seq_len 1, docs/csr.md section 2); every kv_indices store is
 // checked against its step's capacity and a refused store is recorded in that step's guard word.
 #pragma once
 
@@ -73,6 +74,14 @@ struct kv_indices_params {
   // records bad_input in guard[0] (row 0, column -1, capacity first_step + step_count, value the
   // counter). The grid covers one step's cells.
   const std::int32_t* device_step = nullptr;
+  // Optional, executor memory: requests r >= *padding_from (the device real batch of inputs
+  // read in place, clamped to [0, batch]) are read as padded requests (pool row 0, seq_len 1)
+  // whatever req_pool_index and seq_len hold there. Null: every request is read.
+  const std::int32_t* padding_from = nullptr;
+  // Optional, executor memory, [batch]: the round's prefix.refused flags. A flagged request is
+  // refused by this launch too (its rows a padded request's), as any request the launch's own
+  // check refuses. Null: none.
+  const std::int32_t* refused = nullptr;
 };
 
 inline std::int64_t kv_indices_scratch_ints(std::int32_t batch) {

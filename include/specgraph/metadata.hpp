@@ -55,6 +55,13 @@ struct expand_params {
   // are checked against the branch allocation of section 1. Null disables the check. A pointer
   // (not a value) so a captured graph checks whatever real batch was staged for the round.
   const std::int32_t* layout_check_batch = nullptr;
+  // Optional, executor memory. Requests r >= *padding_from (the device real batch of inputs
+  // read in place; clamped to [0, batch]) and requests with refused[r] != 0 (the round's
+  // prefix.refused flags: a request the prefix check refused is padding in every table of its
+  // round) are written as padded requests' rows (every cell the dummy page 0, cache_seqlen
+  // 1 % page_size + d) without reading their slots, recording nothing and never layout-checked.
+  const std::int32_t* padding_from = nullptr;
+  const std::int32_t* refused = nullptr;
   // Device step counter (docs/device-rounds.md): when set, the step s is read from here at run time
   // and decode_length = s + 1, capacity = s + 2 and the guard word guard[s] follow from it
   // (decode_length and capacity above are ignored); slots_read 0 means d. s must lie in
@@ -86,6 +93,10 @@ struct prefix_params {
   std::int32_t* cu_seqlens_q = nullptr;  // [batch + 1]
   guard_word* guard = nullptr;
   std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
+  // Optional, executor memory: requests r >= *padding_from (the device real batch of inputs
+  // read in place, clamped to [0, batch]) are read as padded requests (pool row 0, seq_len 1)
+  // whatever req_pool_index and seq_len hold there. Null: every request of the batch is read.
+  const std::int32_t* padding_from = nullptr;
   // Scratch, [batch] int32 in executor memory: one flag per request the check pass refused.
   // launch_prefix_metadata zeroes it first; prefix_metadata_host needs none (null is fine).
   std::int32_t* refused = nullptr;
@@ -162,8 +173,9 @@ void validate_contents_host(const sparse_stage_params& p);
 
 // Launchers: enqueue on the executor's stream. Asynchronous, capture-safe.
 void launch_expand_page_table(executor& ex, const expand_params& p);
-// Enqueues three operations: a memset of p.refused, a check pass and a fill pass, each parallel
-// over (request, page) cells with one thread per cell (docs/metadata.md section 2).
+// Enqueues three operations: a reset of p.refused (a memset; with run_when_zero a kernel that
+// clears it at step 0 only, so the flags last the round), a check pass and a fill pass, each
+// parallel over (request, page) cells with one thread per cell (docs/metadata.md section 2).
 void launch_prefix_metadata(executor& ex, const prefix_params& p);
 void launch_sparse_stage(executor& ex, const sparse_stage_params& p);
 

@@ -36,7 +36,7 @@ struct verify_params {
   const std::int32_t* seq_len = nullptr;  // [batch], committed prefix WITHOUT the D verify tokens,
                                           // in [1, max_seq_len]
   std::int32_t batch = 0;                 // bs (the bucket when padded), [1, limits::max_batch]
-  std::int32_t real_batch = 0;            // [1, batch]: requests r >= real_batch are padding
+  std::int32_t real_batch = 0;            // [0, batch]: requests r >= real_batch are padding
   // Optional, executor memory [1]: when set, the kernels read the real batch here at run time
   // and real_batch above is ignored past validation (set it to batch): one graph per bucket then
   // serves every real batch (the plan's staged real batch, verify_ops.hpp). A value outside
@@ -50,7 +50,8 @@ struct verify_params {
   std::int32_t max_seq_len = 0;
   // The engine's tree mask, one byte per cell (nonzero = attend), its full layout: request r's
   // block starts at sum(D * (seq_len[r'] + D) for r' < r), row i at + i * (seq_len[r] + D).
-  // Padded requests have no cells (they attend everything).
+  // Padded requests have no cells (they attend everything). May be null when mask_cells is 0
+  // (an idle rank, real_batch 0: nothing is read).
   const std::uint8_t* custom_mask = nullptr;
   // Cells in custom_mask. mask_length_exact: the formula's sum over the real requests must equal
   // it (a seq_len that already includes D is refused, not read shifted); otherwise it is only a

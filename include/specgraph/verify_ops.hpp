@@ -85,7 +85,8 @@ struct verify_inputs {
 
 // Writes the verify metadata of `bucket` (a planned bucket) into the arena's verify section or
 // in.outputs. Throws invalid_argument before anything is enqueued: "verify_tokens" (no verify
-// section), "bucket", "req_to_token" / "custom_mask" (null), "req_to_token_stride",
+// section), "bucket", "req_to_token" / "custom_mask" (null; a null mask is accepted when
+// mask_cells is 0, an idle rank's empty mask), "req_to_token_stride",
 // "mask_cells", "outputs.<buffer>" (a layout partly given, missing, or short). Stream: ex's;
 // asynchronous; no allocation; capture-safe.
 void verify_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket,

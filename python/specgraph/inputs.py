@@ -50,9 +50,11 @@ def bind_inputs(bufs: Buffers, *, req_pool_indices: Any, seq_lens: Any, out_cach
     elements, at any (non-negative) element stride. out_cache_loc: int64 or int32
     [>= largest bucket, topk, >= num_steps] at any strides (SGLang's flat buffer:
     out_cache_loc.view(max_bs, topk, -1)). real_batch: an int32 [1] the engine writes with each
-    round's real batch, or None: every row of the replayed bucket is then treated as real
-    (engines that pad their own rows with pool row 0, seq_len 1 and slots 0, specgraph's
-    padding row), and the checked-mode branch-layout check does not run. All on the arena's
+    round's real batch: the rows at or past it (clamped to the bucket) are padding rows (pool
+    row 0, seq_len 1, slots 0) whatever the tensors hold there, in every mode and format. None:
+    every row of the replayed bucket is read as real (engines that pad their own rows with pool
+    row 0, seq_len 1 and slots 0, specgraph's padding row), and the checked-mode branch-layout
+    check does not run. All on the arena's
     device; they must not move or change strides while captured graphs read them.
 
     Refused with InvalidArgument naming the tensor, its dtype, shape and strides and what is

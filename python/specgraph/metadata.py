@@ -262,7 +262,7 @@ def verify(page_size: int, num_draft_tokens: int, seq_len: Any, req_pool_index: 
                               field=f"custom_mask[{i}]")
     mask = mask.astype(np.uint8)
     bs, m = int(seq.size), max(1, int(seq.max()))
-    rb = bs if real_batch is None else _check.int_in("real_batch", real_batch, 1, bs)
+    rb = bs if real_batch is None else _check.int_in("real_batch", real_batch, 0, bs)
     kv_used = int((seq.astype(np.int64) + d).sum())
     bytes_used = int(((d * (seq.astype(np.int64) + d) + 7) // 8).sum())
     caps = []

@@ -2,7 +2,9 @@
 sections 1-4) row by row with numpy and plain loops: no specgraph code. Row q = (r, t) lists the
 kept prefix positions, then the positions of its branch's draft tokens 0 .. s; each position's
 slot is req_to_token[row][p / E] * E + p % E. A request the kernels refuse (pool row or seq_len out
-of range, a row too narrow for its branch regions, a slot out of range) has rows of length 0."""
+of range, a row too narrow for its branch regions, a slot out of range) has a padded request's rows
+(pool row 0, seq_len 1; a slot of them out of range is the dummy slot 0), or rows of length 0 when
+even those do not fit pool row 0."""
 
 from __future__ import annotations
 
@@ -74,8 +76,16 @@ def refused(c: Case, d_max: int, int32_out: bool) -> Set[int]:
     return out
 
 
-def step(c: Case, s: int, bad: Set[int]):
-    """(kv_indptr, kv_indices) of step s as lists; `bad` requests have empty rows."""
+def step(c: Case, s: int, bad: Set[int], d_max: int, int32_out: bool = True):
+    """(kv_indptr, kv_indices) of step s as lists; `bad` requests have a padded request's rows
+    (pool row 0, seq_len 1), empty when those do not fit pool row 0."""
+    width = c.req_to_token.shape[1] * c.entry_page_size
+    pad_fits = draft_position(1, c.topk - 1, d_max - 1, c) < width
+
+    def padded_slot(p):
+        v = slot(c, 0, p)
+        return 0 if v < 0 or v >= c.slot_limit or (int32_out and v > INT32_MAX) else v
+
     indptr, indices = [0], []
     for r, (n, row) in enumerate(zip(c.seq_len, c.pool)):
         for t in range(c.topk):
@@ -83,10 +93,13 @@ def step(c: Case, s: int, bad: Set[int]):
                 positions = kept_positions(n, c.window, c.sink) + [
                     draft_position(n, t, j, c) for j in range(s + 1)]
                 indices += [slot(c, row, p) for p in positions]
+            elif pad_fits:
+                positions = [0] + [draft_position(1, t, j, c) for j in range(s + 1)]
+                indices += [padded_slot(p) for p in positions]
             indptr.append(len(indices))
     return indptr, indices
 
 
 def steps(c: Case, which: List[int], d_max: int, int32_out: bool = True) -> Dict[int, tuple]:
     bad = refused(c, d_max, int32_out)
-    return {s: step(c, s, bad) for s in which}
+    return {s: step(c, s, bad, d_max, int32_out) for s in which}

@@ -293,7 +293,10 @@ def test_a_refused_slot_is_named_by_buffer_and_step():
     specgraph.round_setup_(bufs, b, r2t)
     specgraph.check_guards(bufs, b)
     specgraph.csr_step_indices_(bufs, b, 1, r2t)
-    assert bufs.csr_kv_indptr(1).tolist() == [0, 5, 10, 10, 10]  # request 1's rows: empty
+    # Request 1's rows: a padded request's (pool row 0, seq_len 1: slot 0, then draft tokens
+    # 0, 1 of each branch at positions 1 + t * 3 + j, all slot 0 in row 0), 1 + d = 3 each.
+    assert bufs.csr_kv_indptr(1).tolist() == [0, 5, 10, 13, 16]
+    assert bufs.csr_kv_indices(1)[10:16].tolist() == [0] * 6
     with pytest.raises(specgraph.GuardViolation) as e:
         specgraph.check_guards(bufs, b)
     g = e.value

@@ -67,6 +67,7 @@ void world::check_round(std::int32_t first, std::int32_t last) {
              "staged out_cache_loc (padded to bucket %d)", bucket);
   // Prefix (section 2).
   const std::int32_t cap = l.prefix_capacity;
+  std::vector<bool> refused(static_cast<std::size_t>(bucket), false);
   for (std::int32_t r = 0; r < bucket; ++r) {
     const auto ru = static_cast<std::size_t>(r);
     specgraph::fuzz::prefix_request_result want = specgraph::fuzz::prefix_reference(
@@ -74,6 +75,7 @@ void world::check_round(std::int32_t first, std::int32_t last) {
         cfg_.page_size, cfg_.kv_slots);
     if (want.bad) {  // refused: written as a padded request
       want = specgraph::fuzz::padded_prefix_reference(rtt0_.data(), cfg_.page_size, cfg_.kv_slots);
+      refused[ru] = true;
     }
     FUZZ_CHECK(at<std::int32_t>(a, l.last_page_len)[r] == want.last_page_len &&
                    at<std::int32_t>(a, l.prefix_seqlen)[r] == want.prefix_seqlen,
@@ -100,6 +102,17 @@ void world::check_round(std::int32_t first, std::int32_t last) {
     for (std::int32_t row = 0; row < bucket * topk; ++row) {
       const std::int32_t r = row / topk;
       const std::int32_t lpl = at<std::int32_t>(a, l.last_page_len)[r];
+      if (refused[static_cast<std::size_t>(r)]) {
+        // Refused at the prefix: padding in every table of the round (section 4), every cell
+        // the dummy page, 1 % ps + d tokens; its slots are not read.
+        const std::int32_t* cells = table + static_cast<std::size_t>(row) * stride;
+        FUZZ_CHECK(std::all_of(cells, cells + width, [](std::int32_t c) { return c == 0; }),
+                   "expand.page_table step %d row %d of a refused request is not padding", s, row);
+        FUZZ_CHECK(seqlen[row] == 1 % cfg_.page_size + s + 1,
+                   "expand.cache_seqlen step %d row %d of a refused request = %d", s, row,
+                   seqlen[row]);
+        continue;
+      }
       const specgraph::fuzz::expand_row_result want = specgraph::fuzz::expand_reference(
           staged_.slots.data() + static_cast<std::size_t>(row) * static_cast<std::size_t>(steps),
           s + 1, lpl, cfg_.page_size, s + 1, cfg_.kv_slots, cfg_.checked && r < staged_.batch);
