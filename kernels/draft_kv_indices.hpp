@@ -152,7 +152,7 @@ SPECGRAPH_HD bool kv_request_of(const kv_indices_params& p, std::int32_t r, std:
 }
 
 // What a refused request's rows hold: a padded request's (pool row 0, seq_len 1); false when
-// even that does not fit pool row 0 (the rows are then empty).
+// even that is out of range (max_seq_len 0, or pool row 0 too narrow): the rows are then empty.
 SPECGRAPH_HD bool kv_padding_request(const kv_indices_params& p, std::int32_t d_max,
                                      kv_request* out) {
   return kv_request_at(p, 0, 1, d_max, out);

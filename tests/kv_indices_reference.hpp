@@ -85,10 +85,12 @@ inline kv_expected kv_reference(const kv_case& c) {
   out.records.assign(c.step_count, {});
   // A refused request's rows are a padded request's (docs/csr.md section 2): pool row 0,
   // seq_len 1 (one kept position, its regions from S), each out-of-range slot stored as the
-  // dummy slot 0; empty should pool row 0 be too narrow even for that.
+  // dummy slot 0; empty should seq_len 1 be past max_seq_len or pool row 0 too narrow even for
+  // that.
   const std::int64_t S = c.slot_stride == 0 ? c.num_steps : c.slot_stride;
   const std::int64_t pad_region = ps == 1 ? S : ps * ((1 % ps + S + ps - 1) / ps);
-  const bool pad_fits = 1 + (c.topk - 1) * pad_region + d_max - 1 < c.width * E;
+  const bool pad_fits =
+      c.max_seq_len >= 1 && 1 + (c.topk - 1) * pad_region + d_max - 1 < c.width * E;
   auto pad_id = [&](std::int32_t t, std::int64_t i) {  // entry i of branch t's padded row
     const std::int64_t p = i == 0 ? 0 : 1 + t * pad_region + (i - 1);
     const std::int64_t id = static_cast<std::int64_t>(c.req_to_token[p / E]) * E + p % E;

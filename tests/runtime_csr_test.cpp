@@ -233,8 +233,8 @@ SPECGRAPH_INSTANTIATE_EXECUTORS(RuntimeCsr);
 
 // A request whose req_to_token row has no room for its branch regions (seq_len near
 // max_context_len, topk 2: staging accepts it, the CSR kernels cannot read its draft positions):
-// its rows are empty, the other request's rows are whole, and checked mode names the CSR buffer,
-// the step, the bucket and the request's first row.
+// its rows are a padded request's (docs/csr.md section 2), the other request's rows are whole,
+// and checked mode names the CSR buffer, the step, the bucket and the request's first row.
 TEST(RuntimeCsrChecked, ARowWithoutRoomForTheBranchesIsRefusedByName) {
   const auto ex = make_executor("host");
   std::mt19937_64 rng(7);
@@ -261,7 +261,8 @@ TEST(RuntimeCsrChecked, ARowWithoutRoomForTheBranchesIsRefusedByName) {
   const kv_expected want = reference(eng, r, 2);
   const auto indptr = eng.read(eng.rt().buffers().csr_kv_indptr(), 5);
   EXPECT_EQ(indptr, want.indptr[0]);
-  EXPECT_EQ(indptr[4], indptr[2]) << "request 1's rows are empty";
+  // Step 0 of a padded request: its one prefix position and draft token 0, per branch.
+  EXPECT_EQ(indptr[4] - indptr[2], 2 * (1 + 1)) << "request 1's rows are a padded request's";
   EXPECT_EQ(indptr[2], 2 * (r.seq_len[0] + 1)) << "request 0's rows are whole";
 }
 

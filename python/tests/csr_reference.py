@@ -80,7 +80,7 @@ def step(c: Case, s: int, bad: Set[int], d_max: int, int32_out: bool = True):
     """(kv_indptr, kv_indices) of step s as lists; `bad` requests have a padded request's rows
     (pool row 0, seq_len 1), empty when those do not fit pool row 0."""
     width = c.req_to_token.shape[1] * c.entry_page_size
-    pad_fits = draft_position(1, c.topk - 1, d_max - 1, c) < width
+    pad_fits = c.max_seq_len >= 1 and draft_position(1, c.topk - 1, d_max - 1, c) < width
 
     def padded_slot(p):
         v = slot(c, 0, p)
