@@ -152,7 +152,9 @@ class _Worker:
 
 
 def run_cases(names: List[str], timeout: float = 60.0) -> Dict[str, Dict[str, Any]]:
-    """Every case in a capped worker; a new worker after a crash or a hang."""
+    """Every case in a capped worker; a new worker after a crash or a hang. The timeout detects
+    hangs, it times nothing: on the shared 2-core machine (load average 21, a torch install
+    unpacking beside it) cases that take milliseconds once went past 60 s, hence 180 s."""
     results: Dict[str, Dict[str, Any]] = {}
     w: Optional[_Worker] = None
     for name in names:
