@@ -204,12 +204,14 @@ def verify_metadata_(out: VerifyOutputs, req_to_token: Any, req_pool_indices: An
 
 
 def _capacities(batch: int, m: int, d: int, ps: int) -> List[int]:
-    """[prefix columns, kv_indices, packed bytes]: the extension's exact capacities for (batch,
-    M, D, ps); zeros where it refuses the scalars (verify_metadata then refuses them by name)."""
-    try:
-        return [int(x) for x in _ffi.verify_capacities(batch, m, d, ps)[:3]]
-    except InvalidArgument:
+    """[prefix columns, kv_indices, packed bytes]: exact for (batch, M, D, ps); zeros where the
+    scalars are out of range (the extension then refuses them by name). Restated here, not asked
+    of the extension (verify_capacities): under torch.compile this runs while Dynamo traces the
+    call, and Dynamo cannot trace a call into the extension (fullgraph=True would fail)."""
+    if not (1 <= batch and 1 <= m < 1 << 31 and 1 <= d <= 1 << 10 and 1 <= ps < 1 << 31):
         return [0, 0, 0]
+    cells = d * (m + d)
+    return [-(-m // ps), min(batch * (m + d), INT32_MAX), min(batch * (-(-cells // 8)), INT32_MAX)]
 
 
 def verify_violations(guard: Any) -> List[Violation]:
