@@ -14,7 +14,7 @@
 #include "device/cuda_check.hpp"
 #include "device/cuda_executor.hpp"
 #include "device/cuda_probe.hpp"
-#include "kernels/builtin_kernels.hpp"
+#include "device/kernel_preload.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 
@@ -34,16 +34,17 @@ cuda_executor::cuda_executor(cudaStream_t engine_stream) : stream_(engine_stream
   load_kernels();
 }
 
-// Every kernel this executor launches by itself, loaded now: with CUDA's default lazy loading a
-// kernel's first launch may wait for the whole context, which behind time_device's spinning
-// kernel would wait until its timeout. Skipped while the engine's stream is capturing (an
+// Every kernel this executor launches by itself, loaded now (the built-in kernels through the
+// preload the kernels layer registers, device/kernel_preload.hpp): with CUDA's default lazy
+// loading a kernel's first launch may wait for the whole context, which behind time_device's
+// spinning kernel would wait until its timeout. Skipped while the engine's stream is capturing (an
 // executor made inside the engine's capture): nothing spins there, and loading is left to CUDA.
 void cuda_executor::load_kernels() {
   device_scope d(device_);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (stream_ != nullptr) SPECGRAPH_CUDA_TRY(cudaStreamIsCapturing(stream_, &status));
   if (status != cudaStreamCaptureStatusNone) return;
-  SPECGRAPH_CUDA_TRY(static_cast<cudaError_t>(kernels::load_cuda_kernels()));
+  SPECGRAPH_CUDA_TRY(static_cast<cudaError_t>(detail::run_kernel_preload()));
   SPECGRAPH_CUDA_TRY(detail::load_blocking_kernel());
 }
 

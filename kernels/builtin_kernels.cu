@@ -1,5 +1,6 @@
 // CUDA trampolines of the built-in metadata kernels. The per-row code is in the headers beside
 // this file and is the same code the host executor runs.
+#include "device/kernel_preload.hpp"
 #include "kernels/builtin_kernels.hpp"
 #include "kernels/draft_kv_indices.hpp"
 #include "kernels/expand_page_table.hpp"
@@ -13,101 +14,27 @@
 
 namespace specgraph::kernels {
 
-cuda_rows_fn cuda_expand_page_table() {
-  return &cuda_rows<expand_page_table_kernel>;
-}
-cuda_rows_fn cuda_prefix_check() {
-  return &cuda_rows<prefix_check_kernel>;
-}
-cuda_rows_fn cuda_prefix_fill() {
-  return &cuda_rows<prefix_fill_kernel>;
-}
-cuda_rows_fn cuda_prefix_clear() {
-  return &cuda_rows<prefix_clear_kernel>;
-}
-cuda_rows_fn cuda_sparse_stage() {
-  return &cuda_rows<sparse_stage_kernel>;
-}
-cuda_rows_fn cuda_stage_inputs() {
-  return &cuda_rows<stage_inputs_kernel>;
-}
-cuda_rows_fn cuda_count_violations() {
-  return &cuda_rows<count_violations_kernel>;
-}
-cuda_rows_fn cuda_reset_guards() {
-  return &cuda_rows<reset_guards_kernel>;
-}
-cuda_rows_fn cuda_advance_step() {
-  return &cuda_rows<advance_step_kernel>;
-}
-cuda_rows_fn cuda_begin_round() {
-  return &cuda_rows<begin_round_kernel>;
-}
-cuda_rows_fn cuda_continue_condition() {
-  return &cuda_rows<continue_condition_kernel>;
-}
-cuda_rows_fn cuda_kv_check() {
-  return &cuda_rows<kv_check_kernel>;
-}
-cuda_rows_fn cuda_kv_scan() {
-  return &cuda_rows<kv_scan_kernel>;
-}
-cuda_rows_fn cuda_kv_fill() {
-  return &cuda_rows<kv_fill_kernel>;
-}
-
-cuda_rows_fn cuda_verify_check() {
-  return &cuda_rows<verify_check_kernel>;
-}
-cuda_rows_fn cuda_verify_scan() {
-  return &cuda_rows<verify_scan_kernel>;
-}
-cuda_rows_fn cuda_verify_count() {
-  return &cuda_rows<verify_count_kernel>;
-}
-cuda_rows_fn cuda_verify_scan_rows() {
-  return &cuda_rows<verify_scan_rows_kernel>;
-}
-cuda_rows_fn cuda_verify_prefix_fill() {
-  return &cuda_rows<verify_prefix_fill_kernel>;
-}
-cuda_rows_fn cuda_verify_expand_fill() {
-  return &cuda_rows<verify_expand_fill_kernel>;
-}
-cuda_rows_fn cuda_verify_kv_fill() {
-  return &cuda_rows<verify_kv_fill_kernel>;
-}
-cuda_rows_fn cuda_verify_mask_fill() {
-  return &cuda_rows<verify_mask_fill_kernel>;
-}
+#define SPECGRAPH_LAUNCHER(name)      \
+  cuda_rows_fn cuda_##name() {        \
+    return &cuda_rows<name##_kernel>; \
+  }
+SPECGRAPH_BUILTIN_KERNELS(SPECGRAPH_LAUNCHER)
+#undef SPECGRAPH_LAUNCHER
 
 int load_cuda_kernels() {
-  const int results[] = {cuda_rows_load<expand_page_table_kernel>(),
-                         cuda_rows_load<prefix_check_kernel>(),
-                         cuda_rows_load<prefix_fill_kernel>(),
-                         cuda_rows_load<prefix_clear_kernel>(),
-                         cuda_rows_load<sparse_stage_kernel>(),
-                         cuda_rows_load<stage_inputs_kernel>(),
-                         cuda_rows_load<count_violations_kernel>(),
-                         cuda_rows_load<reset_guards_kernel>(),
-                         cuda_rows_load<advance_step_kernel>(),
-                         cuda_rows_load<begin_round_kernel>(),
-                         cuda_rows_load<continue_condition_kernel>(),
-                         cuda_rows_load<kv_check_kernel>(),
-                         cuda_rows_load<kv_scan_kernel>(),
-                         cuda_rows_load<kv_fill_kernel>(),
-                         cuda_rows_load<verify_check_kernel>(),
-                         cuda_rows_load<verify_scan_kernel>(),
-                         cuda_rows_load<verify_count_kernel>(),
-                         cuda_rows_load<verify_scan_rows_kernel>(),
-                         cuda_rows_load<verify_prefix_fill_kernel>(),
-                         cuda_rows_load<verify_expand_fill_kernel>(),
-                         cuda_rows_load<verify_kv_fill_kernel>(),
-                         cuda_rows_load<verify_mask_fill_kernel>()};
+#define SPECGRAPH_LOAD(name) cuda_rows_load<name##_kernel>(),
+  const int results[] = {SPECGRAPH_BUILTIN_KERNELS(SPECGRAPH_LOAD)};
+#undef SPECGRAPH_LOAD
   for (const int e : results) {
     if (e != 0) return e;
   }
   return 0;
 }
+
+// The cuda executor (device/, one layer down) preloads through this hook when made; it never
+// includes this layer. Registered when the library loads: this file's launchers are what every
+// op links, so it is always part of a program that launches a built-in kernel.
+[[maybe_unused]] const bool preload_registered =
+    (specgraph::detail::register_kernel_preload(&load_cuda_kernels), true);
 
 }  // namespace specgraph::kernels

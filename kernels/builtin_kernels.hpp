@@ -3,34 +3,44 @@
 
 #include "specgraph/row_kernel.hpp"
 
+// The one list of built-in kernels: X(name) for the row kernel kernels::name_kernel, whose
+// launcher is kernels::cuda_name(). The declarations below, their CUDA trampolines and host-only
+// stubs (builtin_kernels.cu, builtin_kernels_host_only.cpp) and the preload all expand it, so a
+// new kernel is named here once.
+#define SPECGRAPH_BUILTIN_KERNELS(X) \
+  X(expand_page_table)               \
+  X(prefix_check)                    \
+  X(prefix_fill)                     \
+  X(prefix_clear)                    \
+  X(sparse_stage)                    \
+  X(stage_inputs)                    \
+  X(count_violations)                \
+  X(reset_guards)                    \
+  X(advance_step)                    \
+  X(begin_round)                     \
+  X(continue_condition)              \
+  X(kv_check)                        \
+  X(kv_scan)                         \
+  X(kv_fill)                         \
+  X(verify_check)                    \
+  X(verify_scan)                     \
+  X(verify_count)                    \
+  X(verify_scan_rows)                \
+  X(verify_prefix_fill)              \
+  X(verify_expand_fill)              \
+  X(verify_kv_fill)                  \
+  X(verify_mask_fill)
+
 namespace specgraph::kernels {
 
-cuda_rows_fn cuda_expand_page_table();
-cuda_rows_fn cuda_prefix_check();
-cuda_rows_fn cuda_prefix_fill();
-cuda_rows_fn cuda_prefix_clear();
-cuda_rows_fn cuda_sparse_stage();
-cuda_rows_fn cuda_stage_inputs();
-cuda_rows_fn cuda_count_violations();
-cuda_rows_fn cuda_reset_guards();
-cuda_rows_fn cuda_advance_step();
-cuda_rows_fn cuda_begin_round();
-cuda_rows_fn cuda_continue_condition();
-cuda_rows_fn cuda_kv_check();
-cuda_rows_fn cuda_kv_scan();
-cuda_rows_fn cuda_kv_fill();
-cuda_rows_fn cuda_verify_check();
-cuda_rows_fn cuda_verify_scan();
-cuda_rows_fn cuda_verify_count();
-cuda_rows_fn cuda_verify_scan_rows();
-cuda_rows_fn cuda_verify_prefix_fill();
-cuda_rows_fn cuda_verify_expand_fill();
-cuda_rows_fn cuda_verify_kv_fill();
-cuda_rows_fn cuda_verify_mask_fill();
+#define SPECGRAPH_DECLARE_LAUNCHER(name) cuda_rows_fn cuda_##name();
+SPECGRAPH_BUILTIN_KERNELS(SPECGRAPH_DECLARE_LAUNCHER)
+#undef SPECGRAPH_DECLARE_LAUNCHER
 
-// Loads every built-in kernel into the current device's context (cuda_rows_load): the cuda
-// executor calls it when made, so no first launch waits for a lazy module load. Returns the
-// first cudaError_t as an int, 0 when all loaded (always 0 in host-only builds).
+// Loads every built-in kernel into the current device's context (cuda_rows_load): registered
+// with the cuda executor as its kernel preload (device/kernel_preload.hpp), which it runs when
+// made, so no first launch waits for a lazy module load. Returns the first cudaError_t as an
+// int, 0 when all loaded (always 0 in host-only builds).
 int load_cuda_kernels();
 
 }  // namespace specgraph::kernels

@@ -235,6 +235,23 @@ TEST(DeviceBuffer, IsMoveOnlyAndFreesOnce) {
   static_assert(!std::is_copy_constructible_v<device_buffer>);
 }
 
+// The other owners share device_buffer's template: a move hands the handle over, once.
+TEST(ExecutorOwners, PinnedBuffersAndEventsMoveTheirHandle) {
+  auto ex = make_host_executor();
+  pinned_buffer a(*ex, 32), b;
+  void* p = a.data();
+  b = std::move(a);
+  EXPECT_EQ(a.data(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state
+  EXPECT_EQ(b.data(), p);
+  EXPECT_EQ(b.size(), 32u);
+  event_handle e(*ex);
+  const device_event raw = e.get();
+  event_handle f(std::move(e));
+  EXPECT_EQ(e.get(), nullptr);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(f.get(), raw);
+  static_assert(!std::is_copy_assignable_v<event_handle>);
+}
+
 TEST(HostExecutor, FreeingIsRefusedDuringCaptureAndDeferredForDestructors) {
   auto ex = make_host_executor();
   void* raw = ex->allocate(64);

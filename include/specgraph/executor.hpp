@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "specgraph/conditional.hpp"
 #include "specgraph/config.hpp"
@@ -254,119 +255,78 @@ std::unique_ptr<graph> import_cuda_graph(void* cuda_graph);
 // "host", "cuda" or "auto" (cuda when available, else host). Throws invalid_argument otherwise.
 std::unique_ptr<executor> make_executor(const std::string& kind);
 
-// RAII owner of one executor allocation. Move-only; never throws from its destructor (during a
-// capture the free is deferred until the capture ends, see executor::release).
-class device_buffer {
+namespace detail {
+
+// The one RAII owner of an executor resource: `Handle` (memory or an event) released by the
+// executor member `Free` when the owner goes or is assigned over. Move-only (a moved-from owner
+// holds nothing); never throws from its destructor (during a capture a device free is deferred
+// until the capture ends, see executor::release). Host work only; nothing enqueued but the free.
+template <class Handle, void (executor::*Free)(Handle) noexcept>
+class executor_owned {
  public:
-  device_buffer() = default;
-  device_buffer(executor& ex, std::size_t bytes) : ex_(&ex), bytes_(bytes) {
-    data_ = bytes == 0 ? nullptr : ex.allocate(bytes);
-  }
-  ~device_buffer() { reset(); }
-  device_buffer(device_buffer&& o) noexcept : ex_(o.ex_), data_(o.data_), bytes_(o.bytes_) {
-    o.data_ = nullptr;
-    o.bytes_ = 0;
-  }
-  device_buffer& operator=(device_buffer&& o) noexcept {
+  executor_owned() = default;
+  executor_owned(executor& ex, Handle h, std::size_t bytes) noexcept
+      : ex_(&ex), h_(h), bytes_(bytes) {}
+  ~executor_owned() { reset(); }
+  executor_owned(executor_owned&& o) noexcept
+      : ex_(o.ex_), h_(std::exchange(o.h_, Handle{})), bytes_(std::exchange(o.bytes_, 0)) {}
+  executor_owned& operator=(executor_owned&& o) noexcept {
     if (this != &o) {
       reset();
       ex_ = o.ex_;
-      data_ = o.data_;
-      bytes_ = o.bytes_;
-      o.data_ = nullptr;
-      o.bytes_ = 0;
+      h_ = std::exchange(o.h_, Handle{});
+      bytes_ = std::exchange(o.bytes_, 0);
     }
     return *this;
   }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
+  executor_owned(const executor_owned&) = delete;
+  executor_owned& operator=(const executor_owned&) = delete;
 
-  void* data() const noexcept { return data_; }
-  template <class T>
-  T* as() const noexcept {
-    return static_cast<T*>(data_);
-  }
-  std::size_t size() const noexcept { return bytes_; }
+ protected:
+  Handle handle() const noexcept { return h_; }
+  std::size_t bytes() const noexcept { return bytes_; }
 
  private:
   void reset() noexcept {
-    if (data_ != nullptr) ex_->release(data_);
-    data_ = nullptr;
+    if (h_ != Handle{}) (ex_->*Free)(h_);
+    h_ = Handle{};
   }
   executor* ex_ = nullptr;
-  void* data_ = nullptr;
+  Handle h_{};
   std::size_t bytes_ = 0;
 };
 
-// RAII owner of one executor event. Move-only.
-class event_handle {
+// Executor memory of `bytes` (none for 0) from `Alloc`, released by `Free`.
+template <void* (executor::*Alloc)(std::size_t), void (executor::*Free)(void*) noexcept>
+class executor_memory : public executor_owned<void*, Free> {
+ public:
+  executor_memory() = default;
+  executor_memory(executor& ex, std::size_t bytes)
+      : executor_owned<void*, Free>(ex, bytes == 0 ? nullptr : (ex.*Alloc)(bytes), bytes) {}
+  void* data() const noexcept { return this->handle(); }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(this->handle());
+  }
+  std::size_t size() const noexcept { return this->bytes(); }
+};
+
+}  // namespace detail
+
+// RAII owner of one executor allocation (executor::allocate / release). Move-only; never throws
+// from its destructor (during a capture the free is deferred until the capture ends).
+using device_buffer = detail::executor_memory<&executor::allocate, &executor::release>;
+
+// RAII owner of pinned host memory (executor::allocate_pinned / deallocate_pinned). Move-only.
+using pinned_buffer =
+    detail::executor_memory<&executor::allocate_pinned, &executor::deallocate_pinned>;
+
+// RAII owner of one executor event (executor::create_event / destroy_event). Move-only.
+class event_handle : public detail::executor_owned<device_event, &executor::destroy_event> {
  public:
   event_handle() = default;
-  explicit event_handle(executor& ex) : ex_(&ex), e_(ex.create_event()) {}
-  ~event_handle() { reset(); }
-  event_handle(event_handle&& o) noexcept : ex_(o.ex_), e_(o.e_) { o.e_ = nullptr; }
-  event_handle& operator=(event_handle&& o) noexcept {
-    if (this != &o) {
-      reset();
-      ex_ = o.ex_;
-      e_ = o.e_;
-      o.e_ = nullptr;
-    }
-    return *this;
-  }
-  event_handle(const event_handle&) = delete;
-  event_handle& operator=(const event_handle&) = delete;
-  device_event get() const noexcept { return e_; }
-
- private:
-  void reset() noexcept {
-    if (e_ != nullptr) ex_->destroy_event(e_);
-    e_ = nullptr;
-  }
-  executor* ex_ = nullptr;
-  device_event e_ = nullptr;
-};
-
-// RAII owner of pinned host memory. Move-only.
-class pinned_buffer {
- public:
-  pinned_buffer() = default;
-  pinned_buffer(executor& ex, std::size_t bytes) : ex_(&ex), bytes_(bytes) {
-    data_ = bytes == 0 ? nullptr : ex.allocate_pinned(bytes);
-  }
-  ~pinned_buffer() { reset(); }
-  pinned_buffer(pinned_buffer&& o) noexcept : ex_(o.ex_), data_(o.data_), bytes_(o.bytes_) {
-    o.data_ = nullptr;
-    o.bytes_ = 0;
-  }
-  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      ex_ = o.ex_;
-      data_ = o.data_;
-      bytes_ = o.bytes_;
-      o.data_ = nullptr;
-      o.bytes_ = 0;
-    }
-    return *this;
-  }
-  pinned_buffer(const pinned_buffer&) = delete;
-  pinned_buffer& operator=(const pinned_buffer&) = delete;
-  void* data() const noexcept { return data_; }
-  template <class T>
-  T* as() const noexcept {
-    return static_cast<T*>(data_);
-  }
-  std::size_t size() const noexcept { return bytes_; }
-
- private:
-  void reset() noexcept {
-    if (data_ != nullptr) ex_->deallocate_pinned(data_);
-    data_ = nullptr;
-  }
-  executor* ex_ = nullptr;
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
+  explicit event_handle(executor& ex) : executor_owned(ex, ex.create_event(), 0) {}
+  device_event get() const noexcept { return handle(); }
 };
 
 }  // namespace specgraph

@@ -17,11 +17,16 @@ specgraph._env.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.util
 import logging
 import sys
+from typing import Any
 
 from . import _env
 from . import _ffi
+from . import _tvm
 from .buffers import Buffers, SparseStageViews, StepView, buffers, host_arena
 from .config import DraftConfig, SparseConfig, default_buckets
 from .csr import (CsrOutputs, bind_csr_outputs, csr_indices_device_, csr_round_indices_,
@@ -59,8 +64,50 @@ if _env.LOG_LEVEL:
         logger.propagate = False
 _ffi.set_nvtx(_env.NVTX and bool(_has_nvtx))
 
+
+def _torch_imported() -> None:
+    """Once torch is imported: tvm_ffi gets torch back (specgraph._tvm) and the custom ops
+    torch.ops.specgraph.* are registered. A failure here must not fail `import torch`: it is
+    logged, and the first torch arena imports _torch_ops again (raising then)."""
+    try:
+        _tvm.restore_torch()
+        from . import _torch_ops  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        logger.warning("specgraph: registering the torch ops when torch was imported failed: "
+                       "%s: %s", type(e).__name__, e)
+
+
+class _TorchImportHook(importlib.abc.MetaPathFinder):
+    """Runs _torch_imported right after the process's `import torch` has executed torch (so
+    `import specgraph` never imports torch itself, issue 28 item 12). One-shot: it leaves
+    sys.meta_path at the first look-up of torch and lets the other finders find it."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            try:
+                run(module)
+            finally:
+                del loader.exec_module  # the loader as it was
+            _torch_imported()
+
+        loader.exec_module = exec_module
+        return spec
+
+
 if sys.modules.get("torch") is not None:  # imported by the engine: register the custom ops now
     from . import _torch_ops  # noqa: F401
+else:
+    sys.meta_path.insert(0, _TorchImportHook())
 
 __all__ = [
     "BUILT_WITH_CUDA", "CUDA_AVAILABLE", "BufferSpec", "Buffers", "CaptureFailed", "CudaError",

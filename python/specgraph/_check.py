@@ -126,3 +126,24 @@ def storage_covers(field: str, arena: Any, nbytes: int) -> None:
             f"{field}: its storage holds {max(start + size - ptr, 0) if start else 0} bytes "
             f"from the arena's start, the plan needs {nbytes} (freed or resized under the "
             "buffers?)", field=field)
+
+
+def int_array(field: str, values: Any, dtype: str, np: Any) -> Any:
+    """values as a contiguous numpy array of `dtype` (int32 or int64), converted only when every
+    element fits exactly: a float, bool or non-numeric array, or an element out of the dtype's
+    range, is refused naming the element; nothing is truncated or wrapped."""
+    if values is None or isinstance(values, (str, bytes)):
+        raise TypeError(f"{field}: expected an integer array, got {type_name(values)}")
+    a = np.asarray(values)
+    if a.dtype.kind not in "iu":
+        raise InvalidArgument(f"{field}: dtype {a.dtype}, expected {dtype} (integers are not "
+                              "converted from other kinds)", field=field)
+    if a.dtype != dtype and a.size:
+        info = np.iinfo(dtype)
+        bad = np.flatnonzero((a < info.min) | (a > info.max)) if a.dtype.kind == "i" or \
+            a.dtype.itemsize < 8 else np.flatnonzero(a > np.uint64(info.max))
+        if bad.size:
+            where = np.unravel_index(int(bad[0]), a.shape)
+            name = field + "".join(f"[{int(i)}]" for i in where)
+            raise InvalidArgument(f"{name}: {int(a[where])} does not fit in {dtype}", field=name)
+    return np.ascontiguousarray(a, dtype=dtype)

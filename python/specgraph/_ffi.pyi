@@ -40,6 +40,9 @@ def sparse_stages(seq_len: int, chunk_len: int) -> List[List[int]]:
     """[kind, prev, end, chunk_len, chunk_q_len] per stage."""
 def describe_guard(violations: int, kind: int, kernel: int, row: int, column: int,
                    capacity: int, value: int) -> str: ...
+def guard_facts() -> Dict[str, Any]:
+    """{"word_int32s", "verify_words", "kinds", "kernels"}: a guard word's int32s, the verify
+    guard words, the kind and kernel names by id (guard.hpp)."""
 def build_info() -> List[Any]:
     """[version, why CUDA is unavailable ("" if available), has NVTX, built with CUDA]."""
 def limits() -> Dict[str, int]:
@@ -63,8 +66,9 @@ def advance_step(bufs: Buffers, arena: Tensor) -> None: ...
 def sparse_stage(bufs: Buffers, arena: Tensor, kind: int, prev: int, end: int, chunk_len: int,
                  chunk_q_len: int) -> None: ...
 def count_violations(bufs: Buffers, arena: Tensor, out: Tensor) -> None: ...
-def read_guards(bufs: Buffers, arena: Tensor) -> List[List[int]]:
-    """Synchronises."""
+def read_guards(bufs: Buffers, arena: Tensor) -> List[List[Any]]:
+    """[violations, kind, kernel, row, column, capacity, value, buffer, step] per word: buffer
+    and step (-1: all steps) as check_guards names them (guard_site_of). Synchronises."""
 def check_guards(bufs: Buffers, arena: Tensor, bucket: int) -> None:
     """Synchronises; raises GuardViolation."""
 def staged_bucket(bufs: Buffers) -> int: ...

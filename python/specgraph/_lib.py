@@ -6,7 +6,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-import tvm_ffi  # loads libtvm_ffi.so (RTLD_GLOBAL), which the extension links by soname
+from ._tvm import tvm_ffi  # libtvm_ffi.so (RTLD_GLOBAL), which the extension links by soname
 
 LIBNAME = "libspecgraph_ext.so"
 

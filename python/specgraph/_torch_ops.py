@@ -1,5 +1,7 @@
-"""The ops as torch.library custom ops, torch.ops.specgraph.* (imported once a torch arena is
-used; `import specgraph.torch` also imports it).
+"""The ops as torch.library custom ops, torch.ops.specgraph.* (imported when the process imports
+torch, through specgraph/__init__.py's import hook, or with torch already imported, by `import
+specgraph`; a torch arena and `import specgraph.torch` import it too). It registers the ops and
+fills specgraph._torch_registry, where the ops find them; nothing below imports it at its top.
 
 Registered with torch.library.Library(...).define/impl: the eager call goes straight from the
 dispatcher into the Python implementation and the extension, without the per-call cost of the
@@ -22,9 +24,11 @@ from typing import Any, Callable, Dict
 
 import torch
 
-from . import _check, _ffi, ops
-from . import verify as _verify
+from . import _check, _ffi
+from ._torch_registry import fill
 from .errors import InvalidArgument
+
+INT32_MAX = (1 << 31) - 1
 
 # handle -> (the Buffers' C++ object, the plan's bytes, the arena's address, its storage, the
 # storage's address and the bytes it must hold): what Buffers._intact compares, without a
@@ -123,6 +127,43 @@ def _stage(obj: Any, arena: Any, bs: int, pool: Any, seq: Any, slots: Any, max_d
     return _ffi.stage(obj, arena, bs, pool, seq, slots, max_depth, min_confidence, bucket)
 
 
+def _narrow(field: str, t: Any) -> Any:
+    """A torch int tensor as int32: int64 on the CPU checked element by element (refused naming
+    the first that does not fit), on CUDA clamped to [-1, INT32_MAX], values the kernels refuse
+    and record (no host read, capture-safe)."""
+    if t.dtype == torch.int32:
+        return t
+    if t.dtype != torch.int64:
+        raise InvalidArgument(f"{field}: dtype {t.dtype}, expected torch.int32 or torch.int64",
+                              field=field)
+    if t.is_cuda:
+        return t.clamp(-1, INT32_MAX).to(torch.int32)
+    bad = ((t < -(1 << 31)) | (t > INT32_MAX)).nonzero()
+    if bad.numel():
+        i = int(bad[0][0]) if bad.dim() > 1 else int(bad[0])
+        raise InvalidArgument(f"{field}[{i}]: {int(t.reshape(-1)[i])} does not fit in int32",
+                              field=f"{field}[{i}]")
+    return t.to(torch.int32)
+
+
+def _torch_impl(req_to_token: Any, pool: Any, seq: Any, mask: Any, d: int, ps: int, m: int,
+                rb: int, exact: bool, limit: int, cp: int, ck: int, cm: int, fa3: List[Any],
+                fi: List[Any], guard: Any, scratch: List[Any]) -> None:
+    """torch.ops.specgraph.verify_metadata_'s implementation (eager, on the tensors' device)."""
+    pool = _narrow("req_pool_indices", pool.reshape(-1))
+    seq = _narrow("seq_lens", seq.reshape(-1))
+    sc = scratch[0] if scratch else None
+    if sc is None and req_to_token.is_cuda:  # in the graph pool under capture
+        batch = max(int(seq.numel()), 1)
+        try:  # the extension's count (verify_capacities: verify_scratch_words(batch, D))
+            words = int(_ffi.verify_capacities(batch, m, d, ps)[4])
+        except InvalidArgument:  # out-of-range scalars: verify_metadata refuses them by name,
+            words = 1  # before it looks at the scratch
+        sc = torch.empty(words, dtype=torch.int64, device=req_to_token.device)
+    _ffi.verify_metadata(req_to_token, pool.contiguous(), seq.contiguous(), mask, d, ps, m, rb,
+                         exact, limit, cp, ck, cm, fa3, fi, guard, sc)
+
+
 def _nothing(*args: Any) -> None:
     return None
 
@@ -143,7 +184,7 @@ _IMPLS = {
     "csr_round_indices_out_": _on_arena(_ffi.csr_round_indices_out),
     "csr_indices_device_": _on_arena(_ffi.csr_indices_device),
     "csr_indices_device_out_": _on_arena(_ffi.csr_indices_device_out),
-    "verify_metadata_": _verify._torch_impl,
+    "verify_metadata_": _torch_impl,
 }
 
 _lib = torch.library.Library("specgraph", "DEF")
@@ -160,4 +201,4 @@ OPS.is_compiling = torch.compiler.is_compiling
 # torch.compile specgraph.check_guards runs eagerly instead (a graph break; an error with
 # fullgraph=True), after the compiled work before it.
 OPS.check_guards = torch._dynamo.disable(OPS.check_guards)
-ops._torch = OPS
+fill(**vars(OPS))  # where the ops (ops.py, csr.py) find them

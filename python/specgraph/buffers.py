@@ -7,10 +7,12 @@ from typing import Any, Dict, NamedTuple, Tuple
 
 from . import _check, _ffi
 from ._deps import require
+from ._guard_names import WORD_INT32S
+from .config import stage_kind
 from .errors import InvalidArgument
 from .plan import Plan
 
-GUARD_WORD_INT32S = 10  # one 40-byte guard word viewed as int32[10] (docs/metadata.md section 7)
+GUARD_WORD_INT32S = WORD_INT32S  # one guard word as int32s (docs/metadata.md section 7)
 
 
 class StepView(NamedTuple):
@@ -206,8 +208,6 @@ class Buffers:
 
     def sparse_stage_views(self, kind: int | str) -> SparseStageViews:
         """The buffers of one stage kind ("intra", "succ", "inter", or 0, 1, 2)."""
-        from .ops import stage_kind
-
         sp, k = self._sparse(), stage_kind(kind)
         st = self.plan.layout["sparse_stages"][k]
         h = sp.heads

@@ -9,6 +9,21 @@ from . import _check, _ffi
 from .errors import InvalidArgument
 
 FORMATS = ("fa3", "csr", "both")  # draft_config::formats, in the C++ enum's order
+STAGE_KINDS = ("intra", "succ", "inter")  # sparse stage kinds, in the C++ stage_kind's order
+
+
+def stage_kind(kind: Any) -> int:
+    """0, 1, 2 for "intra", "succ", "inter" (ints in [0, 2] pass through)."""
+    if isinstance(kind, str):
+        try:
+            return STAGE_KINDS.index(kind)
+        except ValueError:
+            raise InvalidArgument(f"kind: {kind!r} is not intra, succ or inter",
+                                  field="kind") from None
+    k = _check.index("kind", kind)
+    if not 0 <= k < len(STAGE_KINDS):
+        raise InvalidArgument(f"kind: {k} is not intra (0), succ (1) or inter (2)", field="kind")
+    return k
 
 
 def _int(field: str, value: Any) -> int:

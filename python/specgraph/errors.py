@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import tvm_ffi
+from ._tvm import tvm_ffi
 
 
 class SpecgraphError(Exception):

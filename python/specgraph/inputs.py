@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional, Tuple
 
 from . import _check, _ffi
-from . import ops as _ops
+from . import _op_args as _ops
 from .buffers import Buffers
 
 
@@ -60,11 +60,11 @@ def bind_inputs(bufs: Buffers, *, req_pool_indices: Any, seq_lens: Any, out_cach
     Refused with InvalidArgument naming the tensor, its dtype, shape and strides and what is
     needed. Host work only; nothing is read or written.
     """
-    _ops._ready(bufs)
-    pool = _ops._tensor(bufs, "req_pool_indices", req_pool_indices)
-    seq = _ops._tensor(bufs, "seq_lens", seq_lens)
-    slots = _ops._tensor(bufs, "out_cache_loc", out_cache_loc)
-    rb = None if real_batch is None else _ops._tensor(bufs, "real_batch", real_batch)
+    _ops.ready(bufs)
+    pool = _ops.tensor(bufs, "req_pool_indices", req_pool_indices)
+    seq = _ops.tensor(bufs, "seq_lens", seq_lens)
+    slots = _ops.tensor(bufs, "out_cache_loc", out_cache_loc)
+    rb = None if real_batch is None else _ops.tensor(bufs, "real_batch", real_batch)
     _ffi.inputs_check(bufs._obj, pool, seq, slots, rb)
     return BoundInputs(pool, seq, slots, rb)
 
@@ -83,7 +83,7 @@ def begin_round_(bufs: Buffers, max_depth: int = 0,
     max_depth (0: num_steps, else 1..num_steps) and min_confidence, and nothing else (no input
     copy). Call it before the round's first replay. One kernel on the current stream; no sync;
     capture-safe (the values are baked into a capture)."""
-    _ops._ready(bufs)
+    _ops.ready(bufs)
     max_depth = _check.index("max_depth", max_depth)
     min_confidence = _check.real("min_confidence", min_confidence)
     _ffi.begin_round(bufs._obj, bufs.arena, max_depth, min_confidence)

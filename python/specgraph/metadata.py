@@ -14,27 +14,10 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from . import _check, _ffi
 from ._deps import require
-from ._guard_names import KERNELS, KINDS
+from ._check import int_array as _int_array
+from ._guard_names import Violation
+from ._guard_names import violation as _violation
 from .errors import InvalidArgument
-
-_KINDS, _KERNELS = KINDS, KERNELS
-
-
-class Violation(NamedTuple):
-    """A refused store or bad input, as a guard word records it (docs/metadata.md section 7)."""
-
-    kind: str  # "capacity", "layout" or "bad input"
-    kernel: str
-    row: int
-    column: int
-    capacity: int
-    value: int
-    violations: int  # how many were recorded (this one has the lowest column)
-
-    def describe(self) -> str:
-        return str(_ffi.describe_guard(self.violations, _KINDS.index(self.kind),
-                                       _KERNELS.index(self.kernel), self.row, self.column,
-                                       self.capacity, self.value))
 
 
 class ExpandResult(NamedTuple):
@@ -55,34 +38,8 @@ class KvIndicesResult(NamedTuple):
     violations: Dict[int, Violation]  # step -> its refused stores (capacity short)
 
 
-def _violation(w: Any) -> Violation:
-    violations, kind, kernel, row, column, capacity, value = (int(x) for x in w)
-    return Violation(_KINDS[kind], _KERNELS[kernel], row, column, capacity, value, violations)
-
-
 def _limits() -> Any:
     return _ffi.limits()
-
-
-def _int_array(field: str, values: Any, dtype: str, np: Any) -> Any:
-    """values as a contiguous numpy array of `dtype` (int32 or int64), converted only when every
-    element fits exactly: a float, bool or non-numeric array, or an element out of the dtype's
-    range, is refused naming the element; nothing is truncated or wrapped."""
-    if values is None or isinstance(values, (str, bytes)):
-        raise TypeError(f"{field}: expected an integer array, got {_check.type_name(values)}")
-    a = np.asarray(values)
-    if a.dtype.kind not in "iu":
-        raise InvalidArgument(f"{field}: dtype {a.dtype}, expected {dtype} (integers are not "
-                              "converted from other kinds)", field=field)
-    if a.dtype != dtype and a.size:
-        info = np.iinfo(dtype)
-        bad = np.flatnonzero((a < info.min) | (a > info.max)) if a.dtype.kind == "i" or \
-            a.dtype.itemsize < 8 else np.flatnonzero(a > np.uint64(info.max))
-        if bad.size:
-            where = np.unravel_index(int(bad[0]), a.shape)
-            name = field + "".join(f"[{int(i)}]" for i in where)
-            raise InvalidArgument(f"{name}: {int(a[where])} does not fit in {dtype}", field=name)
-    return np.ascontiguousarray(a, dtype=dtype)
 
 
 def _output(field: str, value: Any) -> Any:

@@ -30,16 +30,17 @@ extension directly (same stream, no custom op).
 
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional, Union
+from typing import Any, List, NamedTuple, Optional
 
 from . import _check, _ffi
-from ._guard_names import KERNELS, KINDS
+from ._guard_names import describe, violation
+from ._op_args import ready as _ready
+from ._op_args import tensor as _tensor
+from ._torch_registry import OPS as _torch  # torch.ops.specgraph.*, filled by _torch_ops
 from .buffers import Buffers
+from .config import STAGE_KINDS, stage_kind
 from .errors import InvalidArgument
-
-STAGE_KINDS = ("intra", "succ", "inter")
-
-_torch: Any = None  # specgraph._torch_ops once torch tensors are used (set by _torch_ops)
+from .inputs import _bound
 
 
 class SparseStage(NamedTuple):
@@ -67,37 +68,8 @@ class GuardWord(NamedTuple):
     value: int
 
     def describe(self) -> str:
-        kind = KINDS.index(self.kind) if self.kind in KINDS else 0
-        kernel = KERNELS.index(self.kernel) if self.kernel in KERNELS else 0
-        return str(_ffi.describe_guard(self.violations, kind, kernel, self.row, self.column,
-                                       self.capacity, self.value))
-
-
-def stage_kind(kind: Union[int, str]) -> int:
-    """0, 1, 2 for "intra", "succ", "inter" (ints in [0, 2] pass through)."""
-    if isinstance(kind, str):
-        try:
-            return STAGE_KINDS.index(kind)
-        except ValueError:
-            raise InvalidArgument(f"kind: {kind!r} is not intra, succ or inter",
-                                  field="kind") from None
-    k = _check.index("kind", kind)
-    if not 0 <= k < len(STAGE_KINDS):
-        raise InvalidArgument(f"kind: {k} is not intra (0), succ (1) or inter (2)", field="kind")
-    return k
-
-
-def _ready(bufs: Buffers) -> Buffers:
-    """Every op's first check: Buffers whose arena still holds the plan's memory."""
-    if not isinstance(bufs, Buffers):
-        raise TypeError(f"bufs: expected specgraph.Buffers, got {_check.type_name(bufs)}")
-    if not bufs.handle or not _torch.is_compiling():  # compiled: the op's implementation checks
-        bufs._check_arena()
-    return bufs
-
-
-def _tensor(bufs: Buffers, field: str, value: Any) -> Any:
-    return _check.tensor(field, value, bufs.arena, bufs.framework)
+        return describe(self.violations, self.kind, self.kernel, self.row, self.column,
+                        self.capacity, self.value)
 
 
 def initialize_(bufs: Buffers) -> None:
@@ -151,10 +123,7 @@ def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
 
 def _inputs(inputs: Any) -> Any:
     """inputs= of an op: None (the staged inputs) or a BoundInputs (read in place)."""
-    if inputs is None:
-        return None
-    from .inputs import _bound
-    return _bound(inputs)
+    return None if inputs is None else _bound(inputs)
 
 
 def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any, *,
@@ -313,7 +282,7 @@ def count_violations_(bufs: Buffers, out: Any) -> Any:
 def read_guards(bufs: Buffers) -> List[GuardWord]:
     """Every guard word, in index order. Synchronises the current stream; not during capture."""
     words = _ffi.read_guards(_ready(bufs)._obj, bufs.arena)
-    return [_guard_word(bufs, i, w) for i, w in enumerate(words)]
+    return [_guard_word(i, w) for i, w in enumerate(words)]
 
 
 def check_guards(bufs: Buffers, bucket: Optional[int] = None) -> None:
@@ -330,23 +299,10 @@ def check_guards(bufs: Buffers, bucket: Optional[int] = None) -> None:
         _ffi.check_guards(bufs._obj, bufs.arena, bucket)
 
 
-_KINDS, _KERNELS = KINDS, KERNELS
-
-
-def _guard_word(bufs: Buffers, index: int, w: Any) -> GuardWord:
-    n = bufs.plan.config.num_steps
-    csr = bufs.plan.layout["guard_csr_base"] if bufs.plan.config.has_csr else -1
-    if index == 0:
-        buffer, step = "input (staging)", None
-    elif index == 1:
-        buffer, step = "prefix.page_table", None
-    elif index < 2 + n:
-        buffer, step = "expand.page_table", index - 2
-    elif 0 <= csr <= index:
-        buffer, step = "csr.kv_indices", index - csr
-    else:
-        buffer, step = "sparse." + STAGE_KINDS[index - 2 - n], None
-    violations, kind, kernel, row, column, capacity, value = (int(x) for x in w)
-    name = _KINDS[kind] if 0 <= kind < len(_KINDS) else str(kind)
-    kname = _KERNELS[kernel] if 0 <= kernel < len(_KERNELS) else str(kernel)
-    return GuardWord(index, buffer, step, violations, name, kname, row, column, capacity, value)
+def _guard_word(index: int, w: Any) -> GuardWord:
+    """One word of _ffi.read_guards: its details and the extension's label for it (the buffer
+    and step check_guards names, guard_site_of), never re-derived here."""
+    v = violation(w)
+    step = int(w[8])
+    return GuardWord(index, str(w[7]), None if step < 0 else step, v.violations, v.kind,
+                     v.kernel, v.row, v.column, v.capacity, v.value)

@@ -32,12 +32,16 @@ import sys
 from typing import Any, List, NamedTuple, Optional
 
 from . import _check, _ffi
+from ._check import int_array as _int_array
 from ._deps import require
+from ._guard_names import VERIFY_WORDS, WORD_INT32S, Violation
+from ._guard_names import violation as _violation
 from .errors import InvalidArgument
-from .metadata import Violation, _int_array, _violation
 
 INT32_MAX = (1 << 31) - 1
-GUARD_SHAPE = (3, 10)  # three guard words of 40 bytes: bad input / prefix table, kv, mask
+# The guard words of one call (bad input / prefix table, kv, mask), each as int32s: the
+# extension's numbers (verify_guard_count, sizeof(guard_word)).
+GUARD_SHAPE = (VERIFY_WORDS, WORD_INT32S)
 
 
 class VerifyFa3(NamedTuple):
@@ -201,47 +205,13 @@ def verify_metadata_(out: VerifyOutputs, req_to_token: Any, req_pool_indices: An
 
 def _capacities(batch: int, m: int, d: int, ps: int) -> List[int]:
     """[prefix columns, kv_indices, packed bytes]: exact for (batch, M, D, ps); zeros where the
-    scalars are out of range (the extension then refuses them by name)."""
+    scalars are out of range (the extension then refuses them by name). Restated here, not asked
+    of the extension (verify_capacities): under torch.compile this runs while Dynamo traces the
+    call, and Dynamo cannot trace a call into the extension (fullgraph=True would fail)."""
     if not (1 <= batch and 1 <= m < 1 << 31 and 1 <= d <= 1 << 10 and 1 <= ps < 1 << 31):
         return [0, 0, 0]
     cells = d * (m + d)
     return [-(-m // ps), min(batch * (m + d), INT32_MAX), min(batch * (-(-cells // 8)), INT32_MAX)]
-
-
-def _narrow(field: str, t: Any) -> Any:
-    """A torch int tensor as int32: int64 on the CPU checked element by element (refused naming
-    the first that does not fit), on CUDA clamped to [-1, INT32_MAX], values the kernels refuse
-    and record (no host read, capture-safe)."""
-    torch = sys.modules["torch"]
-    if t.dtype == torch.int32:
-        return t
-    if t.dtype != torch.int64:
-        raise InvalidArgument(f"{field}: dtype {t.dtype}, expected torch.int32 or torch.int64",
-                              field=field)
-    if t.is_cuda:
-        return t.clamp(-1, INT32_MAX).to(torch.int32)
-    bad = ((t < -(1 << 31)) | (t > INT32_MAX)).nonzero()
-    if bad.numel():
-        i = int(bad[0][0]) if bad.dim() > 1 else int(bad[0])
-        raise InvalidArgument(f"{field}[{i}]: {int(t.reshape(-1)[i])} does not fit in int32",
-                              field=f"{field}[{i}]")
-    return t.to(torch.int32)
-
-
-def _torch_impl(req_to_token: Any, pool: Any, seq: Any, mask: Any, d: int, ps: int, m: int,
-                rb: int, exact: bool, limit: int, cp: int, ck: int, cm: int, fa3: List[Any],
-                fi: List[Any], guard: Any, scratch: List[Any]) -> None:
-    """torch.ops.specgraph.verify_metadata_'s implementation (eager, on the tensors' device)."""
-    torch = sys.modules["torch"]
-    pool = _narrow("req_pool_indices", pool.reshape(-1))
-    seq = _narrow("seq_lens", seq.reshape(-1))
-    sc = scratch[0] if scratch else None
-    if sc is None and req_to_token.is_cuda:  # in the graph pool under capture
-        batch = max(int(seq.numel()), 1)
-        sc = torch.empty(5 * batch + 2 * batch * max(d, 1), dtype=torch.int64,
-                         device=req_to_token.device)
-    _ffi.verify_metadata(req_to_token, pool.contiguous(), seq.contiguous(), mask, d, ps, m, rb,
-                         exact, limit, cp, ck, cm, fa3, fi, guard, sc)
 
 
 def verify_violations(guard: Any) -> List[Violation]:
@@ -252,12 +222,13 @@ def verify_violations(guard: Any) -> List[Violation]:
         guard = guard.detach().cpu().numpy()
     np = require("numpy", "specgraph.verify_violations")
     g = np.ascontiguousarray(guard).reshape(-1)
-    if g.dtype != np.int32 or g.size < 30:
-        raise InvalidArgument(f"guard: dtype {g.dtype}, {g.size} entries, expected int32 [3, 10]",
-                              field="guard")
+    words, n = GUARD_SHAPE
+    if g.dtype != np.int32 or g.size < words * n:
+        raise InvalidArgument(f"guard: dtype {g.dtype}, {g.size} entries, expected int32 "
+                              f"[{words}, {n}]", field="guard")
     found = []
-    for w in range(3):
-        word = g[10 * w: 10 * w + 10]
+    for w in range(words):
+        word = g[n * w: n * w + n]
         if int(word[0]):
             value = int(word[6:8].copy().view(np.int64)[0])
             found.append(_violation([int(word[0]), int(word[1]), int(word[2]), int(word[3]),

@@ -16,7 +16,8 @@ from typing import Any, Optional
 from . import _check, _ffi
 from .buffers import Buffers
 from .errors import InvalidArgument
-from .ops import _ready, _tensor
+from ._op_args import ready as _ready
+from ._op_args import tensor as _tensor
 
 
 def verify_arena_(bufs: Buffers, bucket: int, req_to_token: Any, custom_mask: Any, *,

@@ -51,7 +51,8 @@ from . import _check, _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
 from ._capture import CaptureReport, GraphTiming, pool_bytes
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
-from .verify import (VerifyFa3, VerifyFlashInfer, VerifyOutputs, _narrow,
+from ._torch_ops import _narrow
+from .verify import (GUARD_SHAPE, VerifyFa3, VerifyFlashInfer, VerifyOutputs,
                      verify_capacities, verify_metadata_, verify_violations)
 
 logger = logging.getLogger("specgraph")
@@ -303,7 +304,8 @@ class VerifyGraphs:
         if self.checked == "sync":
             self.check()
         elif self.checked == "async":
-            self._flag[0].copy_(self.outputs.guard.reshape(-1)[0::10][:3].sum())
+            words, n = GUARD_SHAPE  # each word's first int32 counts its violations
+            self._flag[0].copy_(self.outputs.guard.reshape(-1)[0::n][:words].sum())
             self._flag[1].copy_(self._needed != self._given)
             self._host_flag.copy_(self._flag, non_blocking=True)
             if self._flag_event is not None:

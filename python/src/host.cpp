@@ -21,6 +21,7 @@
 #include "specgraph/limits.hpp"
 #include "specgraph/metadata.hpp"
 #include "specgraph/runtime.hpp"
+#include "specgraph/verify_metadata.hpp"
 
 namespace specgraph::python {
 namespace {
@@ -218,6 +219,26 @@ ffi_map limits_map() {
                  {"max_keys", static_cast<std::int64_t>(limits::max_keys)}};
 }
 
+// The guard-word facts Python reads instead of restating them (issue 29 item 4): a word's size in
+// int32s, the verify guard words per call, and the kind and kernel names by id (guard.hpp's
+// to_string, up to the first id it does not know).
+ffi_map guard_facts() {
+  const auto names = [](auto of) {
+    ffi::Array<ffi::String> out;
+    for (std::int32_t id = 0; id < 1024; ++id) {
+      const std::string name = of(id);
+      if (name == "unknown") break;
+      out.push_back(ffi::String(name));
+    }
+    return out;
+  };
+  return ffi_map{
+      {"word_int32s", static_cast<std::int64_t>(sizeof(guard_word) / sizeof(std::int32_t))},
+      {"verify_words", static_cast<std::int64_t>(verify_guard_count)},
+      {"kinds", names([](std::int32_t i) { return to_string(static_cast<violation_kind>(i)); })},
+      {"kernels", names([](std::int32_t i) { return to_string(static_cast<kernel_id>(i)); })}};
+}
+
 ffi::Array<ffi::Any> build_info() {
   bool nvtx = false;
 #if defined(SPECGRAPH_PY_HAS_NVTX)
@@ -246,6 +267,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("specgraph.describe_guard", describe_guard)
       .def("specgraph.build_info", build_info)
       .def("specgraph.limits", limits_map)
+      .def("specgraph.guard_facts", guard_facts)
       .def("specgraph.set_nvtx", set_nvtx_enabled)
       .def("specgraph.raise_for_test", checked<&raise_for_test>::call)
       .def("specgraph.stream_for", stream_for);

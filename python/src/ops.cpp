@@ -227,13 +227,20 @@ void count_violations_op(buffers_ref b, ffi::TensorView arena, ffi::TensorView o
   count_violations(executor_for(b->device), bufs, static_cast<std::int32_t*>(address_of(out)));
 }
 
-// Every guard word as [violations, kind, kernel, row, column, capacity, value]. Synchronises.
+// Every guard word as [violations, kind, kernel, row, column, capacity, value, buffer, step]:
+// buffer and step (-1: all steps) are guard_site_of's, the labels check_guards raises with, so
+// Python never re-derives them. Synchronises.
 ffi::Array<ffi::Any> read_guards_op(buffers_ref b, ffi::TensorView arena) {
   const std::vector<guard_word> words = read_guards(executor_for(b->device), buffers_of(b, arena));
   ffi::Array<ffi::Any> out;
-  for (const guard_word& g : words) {
-    out.push_back(ffi::Array<std::int64_t>{g.violations, g.kind, g.kernel, g.row, g.column,
-                                           g.capacity, g.value});
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const guard_word& g = words[i];
+    const guard_site site = guard_site_of(*b->plan, static_cast<std::int32_t>(i));
+    out.push_back(ffi::Array<ffi::Any>{
+        static_cast<std::int64_t>(g.violations), static_cast<std::int64_t>(g.kind),
+        static_cast<std::int64_t>(g.kernel), static_cast<std::int64_t>(g.row),
+        static_cast<std::int64_t>(g.column), static_cast<std::int64_t>(g.capacity), g.value,
+        ffi::String(site.buffer), static_cast<std::int64_t>(site.step)});
   }
   return out;
 }

@@ -56,9 +56,9 @@ def test_errors_keep_their_message_through_a_real_call():
 
 
 def test_guard_names_mirror_the_cpp_ids():
-    """specgraph._guard_names is the one Python list of guard kind and kernel names: each id
-    must describe to the same name in C++ (guard.hpp's to_string), and one id past the list must
-    not (a kernel added in C++ without its Python name goes red here)."""
+    """specgraph._guard_names, the one Python list of guard kind and kernel names (served by the
+    extension, guard_facts): each id must describe to the same name in C++ (guard.hpp's
+    to_string), and one id past the list must not (a kernel the list missed goes red here)."""
     from specgraph._guard_names import KERNELS, KINDS
 
     for i, name in enumerate(KERNELS[1:], start=1):
