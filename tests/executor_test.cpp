@@ -294,7 +294,7 @@ TEST(HostExecutor, DeferredPinnedCopiesReadTheSourceWhenTheyRun) {
   EXPECT_EQ(ex->counters().pinned_allocations, 1);
 }
 
-// An event recorded inside a captured graph fires at each replay.
+// An event recorded inside a captured graph as external fires at each replay.
 TEST(HostExecutor, EventsRecordedDuringCaptureFireAtReplay) {
   auto ex = make_host_executor({/*deferred=*/true});
   device_buffer buf(*ex, sizeof(std::int64_t));
@@ -302,9 +302,9 @@ TEST(HostExecutor, EventsRecordedDuringCaptureFireAtReplay) {
   event_handle e(*ex);
   append_digit_kernel::params storage{};
   ex->begin_capture();
-  ex->wait_event(e.get());
+  ex->wait_event(e.get(), event_scope::external);
   ex->launch(append_digit(buf.as<std::int64_t>(), 3, 1, storage));
-  ex->record_event(e.get());
+  ex->record_event(e.get(), event_scope::external);
   auto exec = ex->instantiate(*ex->end_capture());
   ex->launch_graph(*exec);
   EXPECT_FALSE(ex->event_complete(e.get()));
