@@ -10,12 +10,14 @@
 namespace specgraph::kernels {
 
 // The order key of a violation at (row, column): the earlier (row, column) has the larger key,
-// so the recorded violation is the one whose key is the maximum. Rows are never negative (a query
-// row, request or head; a negative one orders as row 0) and take 31 bits; the column is any int32
-// (-1 for a per-row scalar input; INT32_MIN orders as INT32_MIN + 1) mapped order-preserving to
-// 32 bits. The key is in [1, 2^63 - 1]: 0 stays "clean" and bit 63 is free for guard_busy.
+// so the recorded violation is the one whose key is the maximum. Rows are -1 (a launch-wide
+// input, as the verify kernels record) or more and take 31 bits as row + 1 (a row below -1
+// orders as -1, INT32_MAX as INT32_MAX - 1); the column is any int32 (-1 for a per-row scalar
+// input; INT32_MIN orders as INT32_MIN + 1), mapped order-preserving to 32 bits. The key is in
+// [1, 2^63 - 1]: 0 stays "clean" and bit 63 is free for guard_busy.
 SPECGRAPH_HD std::uint64_t guard_key(std::int32_t row, std::int32_t column) {
-  const std::uint64_t r = row < 0 ? 0u : static_cast<std::uint64_t>(row);
+  const std::int32_t clamped = row < -1 ? -1 : (row == INT32_MAX ? INT32_MAX - 1 : row);
+  const auto r = static_cast<std::uint64_t>(static_cast<std::int64_t>(clamped) + 1);
   const std::uint32_t c =
       (static_cast<std::uint32_t>(column) ^ 0x80000000u) | 1u * (column == INT32_MIN);
   return (std::uint64_t{1} << 63) - ((r << 32) | c);

@@ -19,10 +19,13 @@
 namespace specgraph::testing {
 namespace {
 
-// Row dominates column, a negative column (a per-row scalar input) comes before column 0, and
-// the extremes of both keep their order; whatever order the records arrive in.
+// Row dominates column, row -1 (a launch-wide input) comes before row 0, a negative column (a
+// per-row scalar input) before column 0, and the extremes keep their order; whatever order the
+// records arrive in.
 TEST(GuardKey, OrdersByRowThenColumnOverTheWholeRange) {
-  const std::vector<std::pair<std::int32_t, std::int32_t>> ascending = {{0, INT32_MIN + 1},
+  const std::vector<std::pair<std::int32_t, std::int32_t>> ascending = {{-1, -1},
+                                                                        {-1, 7},
+                                                                        {0, INT32_MIN + 1},
                                                                         {0, -1},
                                                                         {0, 0},
                                                                         {0, INT32_MAX},
@@ -54,10 +57,10 @@ TEST(GuardKey, OrdersByRowThenColumnOverTheWholeRange) {
                             static_cast<std::int64_t>(i));
     }
     EXPECT_EQ(g.violations, static_cast<std::int32_t>(ascending.size()));
-    EXPECT_EQ(g.row, 0);
-    EXPECT_EQ(g.column, INT32_MIN + 1);
+    EXPECT_EQ(g.row, -1);
+    EXPECT_EQ(g.column, -1);
     EXPECT_EQ(g.value, 0);
-    EXPECT_EQ(g.first, kernels::guard_key(0, INT32_MIN + 1));
+    EXPECT_EQ(g.first, kernels::guard_key(-1, -1));
   }
 }
 
