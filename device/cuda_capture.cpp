@@ -118,6 +118,8 @@ conditional_handle cuda_executor::begin_while(bool initial) {
   SPECGRAPH_CUDA_TRY(cudaGraphAddNode(&node, g, deps, edges, n, &params));
   SPECGRAPH_CUDA_TRY(cudaStreamUpdateCaptureDependencies(stream_, &node, nullptr, 1,
                                                          cudaStreamSetCaptureDependencies));
+  // Made with the executor, before any capture (load_kernels); only an executor made inside a
+  // capture gets it here.
   if (!body_stream_) body_stream_ = detail::make_stream();
   SPECGRAPH_CUDA_TRY(cudaStreamBeginCaptureToGraph(body_stream_.get(),
                                                    params.conditional.phGraph_out[0], nullptr,

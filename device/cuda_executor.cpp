@@ -38,7 +38,8 @@ cuda_executor::cuda_executor(cudaStream_t engine_stream) : stream_(engine_stream
 // preload the kernels layer registers, device/kernel_preload.hpp): with CUDA's default lazy
 // loading a kernel's first launch may wait for the whole context, which behind time_device's
 // spinning kernel would wait until its timeout. Skipped while the engine's stream is capturing (an
-// executor made inside the engine's capture): nothing spins there, and loading is left to CUDA.
+// executor made inside the engine's capture): nothing spins there, and loading is left to CUDA;
+// the internal streams are then made on first use.
 void cuda_executor::load_kernels() {
   device_scope d(device_);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -46,6 +47,12 @@ void cuda_executor::load_kernels() {
   if (status != cudaStreamCaptureStatusNone) return;
   SPECGRAPH_CUDA_TRY(static_cast<cudaError_t>(detail::run_kernel_preload()));
   SPECGRAPH_CUDA_TRY(detail::load_blocking_kernel());
+  // The internal streams too, before any capture: begin_while's body stream and
+  // begin_private_capture's stream would otherwise be created inside a live capture (the first
+  // device-depth capture inside the engine's), where CUDA may refuse stream creation as unsafe
+  // in global mode and invalidate the engine's capture around it.
+  body_stream_ = detail::make_stream();
+  capture_stream_ = detail::make_stream();
 }
 
 cuda_executor::~cuda_executor() {
@@ -162,20 +169,24 @@ void cuda_executor::destroy_event(device_event e) noexcept {
   if (e != nullptr) (void)cudaEventDestroy(e);
 }
 
-void cuda_executor::record_event(device_event e) {
+// During capture: an external record / wait node for event_scope::external; otherwise CUDA's
+// ordinary capture semantics (the record joins the event to this capture, a wait on it in the
+// same capture becomes an edge; CUDA refuses an ordinary wait on an event from outside it).
+void cuda_executor::record_event(device_event e, event_scope scope) {
   device_scope d(device_);
   forbid_in_conditional_body("an event record");
-  if (capturing()) {
+  if (scope == event_scope::external && capturing()) {
     SPECGRAPH_CUDA_TRY(cudaEventRecordWithFlags(e, stream_, cudaEventRecordExternal));
   } else {
     SPECGRAPH_CUDA_TRY(cudaEventRecord(e, stream_));
   }
 }
 
-void cuda_executor::wait_event(device_event e) {
+void cuda_executor::wait_event(device_event e, event_scope scope) {
   device_scope d(device_);
   forbid_in_conditional_body("an event wait");
-  SPECGRAPH_CUDA_TRY(cudaStreamWaitEvent(stream_, e, capturing() ? cudaEventWaitExternal : 0));
+  const bool external = scope == event_scope::external && capturing();
+  SPECGRAPH_CUDA_TRY(cudaStreamWaitEvent(stream_, e, external ? cudaEventWaitExternal : 0));
 }
 
 bool cuda_executor::event_complete(device_event e) {

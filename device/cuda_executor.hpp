@@ -99,8 +99,10 @@ class cuda_executor final : public executor {
 
   device_event create_event() override;
   void destroy_event(device_event e) noexcept override;
-  void record_event(device_event e) override;
-  void wait_event(device_event e) override;
+  using executor::record_event;
+  using executor::wait_event;
+  void record_event(device_event e, event_scope scope) override;
+  void wait_event(device_event e, event_scope scope) override;
   bool event_complete(device_event e) override;
   void synchronize_event(device_event e) override;
 
@@ -136,9 +138,10 @@ class cuda_executor final : public executor {
   detail::unique_event timing_start_, timing_stop_;  // time_device, created on first use
   int* timing_flags_ = nullptr;  // time_device: [release, timed out], pinned and mapped
   bool own_capture_ = false;
-  detail::unique_stream body_stream_;     // captures conditional bodies, created on first use
+  detail::unique_stream body_stream_;     // captures conditional bodies; made with the executor
+                                          // (on first use only if made inside a capture)
   cudaStream_t main_stream_ = nullptr;    // set while stream_ is the body stream
-  detail::unique_stream capture_stream_;  // begin_private_capture's, created on first use
+  detail::unique_stream capture_stream_;  // begin_private_capture's; made like body_stream_
   cudaStream_t origin_stream_ = nullptr;  // stream_ before a private capture (may be legacy)
   bool private_capture_ = false;          // stream_ is capture_stream_ until the capture ends
   std::vector<void*> deferred_frees_;

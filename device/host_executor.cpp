@@ -19,6 +19,8 @@ namespace specgraph {
 namespace {
 
 using detail::as_event;
+using detail::check_recordable;
+using detail::forbid_captured;
 using detail::host_event;
 using detail::host_graph;
 using detail::host_graph_exec;
@@ -138,35 +140,58 @@ class host_executor final : public executor {
     return reinterpret_cast<device_event>(new host_event());  // NOLINT: opaque handle
   }
   void destroy_event(device_event e) noexcept override { delete as_event(e); }
-  void record_event(device_event e) override {
+  using executor::record_event;
+  using executor::wait_event;
+  void record_event(device_event e, event_scope scope) override {
     forbid_in_conditional_body("an event record");
+    host_event* ev = as_event(e);
+    if (capturing_ && scope == event_scope::capture) {
+      // CUDA's ordinary record during capture: no node; the event now belongs to this capture,
+      // and a wait on it in the same capture is an edge (one stream here: order is given).
+      ev->captured_in = capture_id_;
+      return;
+    }
+    ev->captured_in = 0;
     if (capturing_) {
       // An external record node: at each replay the event is recorded again. A replay runs the
       // whole graph as one operation, so the event completes with it.
       host_node n;
       n.type = host_node::kind::event;
-      n.recorded_event = as_event(e);
+      n.recorded_event = ev;
       recorded_.push_back(std::move(n));
       return;
     }
-    as_event(e)->recorded_at = submitted_;
+    ev->recorded_at = submitted_;
   }
-  void wait_event(device_event) override {
+  void wait_event(device_event e, event_scope scope) override {
     forbid_in_conditional_body("an event wait");
-    // One stream: everything recorded anywhere on this executor is already ordered before what
-    // follows. A wait node keeps the graph's shape comparable with CUDA's.
-    if (capturing_) {
-      host_node n;
-      n.type = host_node::kind::event;
-      recorded_.push_back(std::move(n));
+    const host_event* ev = as_event(e);
+    if (!capturing_) {
+      forbid_captured(ev, "wait_event");
+      return;  // one stream: everything recorded on this executor is already ordered before
     }
+    if (scope == event_scope::capture) {
+      if (ev->captured_in != capture_id_) {
+        throw capture_violation(
+            "host executor: wait_event(event_scope::capture) during capture on an event not "
+            "recorded in this capture (CUDA refuses it); for an event recorded outside the "
+            "graph (before the capture, or by the engine at replay) pass event_scope::external");
+      }
+      return;  // an edge inside the capture, no node
+    }
+    // An external wait node keeps the graph's shape comparable with CUDA's.
+    host_node n;
+    n.type = host_node::kind::event;
+    recorded_.push_back(std::move(n));
   }
   bool event_complete(device_event e) override {
     forbid_during_capture("event_complete (cudaEventQuery)");
+    forbid_captured(as_event(e), "event_complete");
     return executed_ >= as_event(e)->recorded_at;
   }
   void synchronize_event(device_event e) override {
     forbid_during_capture("synchronize_event");
+    forbid_captured(as_event(e), "synchronize_event");
     const std::int64_t target = as_event(e)->recorded_at;
     if (executed_ >= target) return;
     ++counters_.event_waits;
@@ -196,6 +221,7 @@ class host_executor final : public executor {
   void begin_capture() override {
     if (capturing_) throw capture_violation("host executor: begin_capture while already capturing");
     capturing_ = true;
+    ++capture_id_;
     recorded_.clear();
   }
   std::unique_ptr<graph> end_capture() override {
@@ -298,27 +324,6 @@ class host_executor final : public executor {
       if (node.type == host_node::kind::graph) mark_recorded_events(*node.graph_nodes);
     }
   }
-  // What a recorded graph (a child graph node) may not hold, as CUDA refuses it: a conditional
-  // node at any depth, and inside a conditional body an event node.
-  static void check_recordable(const std::vector<host_node>& nodes, bool in_conditional_body) {
-    for (const host_node& node : nodes) {
-      if (node.type == host_node::kind::loop) {
-        throw capture_violation(
-            "host executor: record_graph: a graph with a conditional node cannot be recorded "
-            "(it would become a child graph, and CUDA refuses conditional nodes in child "
-            "graphs); record its work with begin_while instead");
-      }
-      if (in_conditional_body && node.type == host_node::kind::event) {
-        throw capture_violation(
-            "host executor: record_graph: a graph with an event node is not allowed inside a "
-            "conditional body (CUDA allows only kernels, memsets, device copies, child graphs "
-            "and conditional nodes there)");
-      }
-      if (node.type == host_node::kind::graph) {
-        check_recordable(*node.graph_nodes, in_conditional_body);
-      }
-    }
-  }
   void forbid_in_conditional_body(const char* what) const {
     if (while_body_) {
       throw capture_violation(std::string("host executor: ") + what +
@@ -358,6 +363,7 @@ class host_executor final : public executor {
 
   host_executor_options options_;
   bool capturing_ = false;
+  std::uint64_t capture_id_ = 0;  // counts begin_capture calls: the current capture's id
   std::vector<host_node> recorded_;
   std::shared_ptr<std::vector<host_node>> while_body_;  // set between begin_while and end_while
   std::shared_ptr<unsigned> while_condition_;

@@ -19,6 +19,9 @@ namespace specgraph::detail {
 // submitted before its last record has executed.
 struct host_event {
   std::int64_t recorded_at = 0;
+  // Nonzero while the event was last recorded with event_scope::capture inside a capture: the
+  // id of that capture (CUDA: the event belongs to the capture until it is recorded again).
+  std::uint64_t captured_in = 0;
 };
 
 // One operation: a kernel launch (params copied at record time, as a graph kernel node copies
@@ -121,11 +124,19 @@ class host_graph_exec final : public graph_exec {
 // cudaGraphExecChildGraphNodeSetParams requires) and of WHILE bodies must match. A kernel node's
 // function MAY change (CUDA refuses that only across contexts, to or from CDP, device-side graph
 // calls or cooperative launches, none of which a host kernel can be), as may its rows, params,
-// copy and fill addresses, sizes and values, and a WHILE node's initial condition.
+// copy and fill addresses, sizes and values. A WHILE node pairs only with itself (the same
+// conditional handle): CUDA 13 refuses a conditional node's parameters changing by update.
 inline bool same_topology(const std::vector<host_node>& a, const std::vector<host_node>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].type != b[i].type) return false;
+    // CUDA 13 does not change a conditional node's parameters by update: a WHILE node captured
+    // again has a new conditional handle (its condition here), so cudaGraphExecUpdate refuses
+    // it and the caller instantiates. Only the same node (the same graph again) updates.
+    if (a[i].type == host_node::kind::loop &&
+        (a[i].condition != b[i].condition || a[i].initial != b[i].initial)) {
+      return false;
+    }
     if (a[i].type == host_node::kind::loop && !same_topology(*a[i].body, *b[i].body)) return false;
     if (a[i].type == host_node::kind::graph &&
         !same_topology(*a[i].graph_nodes, *b[i].graph_nodes)) {
@@ -133,6 +144,39 @@ inline bool same_topology(const std::vector<host_node>& a, const std::vector<hos
     }
   }
   return true;
+}
+
+// What a recorded graph (a child graph node) may not hold, as CUDA refuses it: a conditional
+// node at any depth, and inside a conditional body an event node.
+inline void check_recordable(const std::vector<host_node>& nodes, bool in_conditional_body) {
+  for (const host_node& node : nodes) {
+    if (node.type == host_node::kind::loop) {
+      throw capture_violation(
+          "host executor: record_graph: a graph with a conditional node cannot be recorded "
+          "(it would become a child graph, and CUDA refuses conditional nodes in child "
+          "graphs); record its work with begin_while instead");
+    }
+    if (in_conditional_body && node.type == host_node::kind::event) {
+      throw capture_violation(
+          "host executor: record_graph: a graph with an event node is not allowed inside a "
+          "conditional body (CUDA allows only kernels, memsets, device copies, child graphs "
+          "and conditional nodes there)");
+    }
+    if (node.type == host_node::kind::graph) {
+      check_recordable(*node.graph_nodes, in_conditional_body);
+    }
+  }
+}
+
+// CUDA's cudaErrorCapturedEvent: an event last recorded inside a capture (event_scope::capture)
+// cannot be waited on, queried or synchronised outside it.
+inline void forbid_captured(const host_event* ev, const char* what) {
+  if (ev->captured_in != 0) {
+    throw capture_violation(std::string("host executor: ") + what +
+                            " on an event last recorded inside a capture with "
+                            "event_scope::capture (CUDA refuses it); record it with "
+                            "event_scope::external to use it after a replay");
+  }
 }
 
 }  // namespace specgraph::detail

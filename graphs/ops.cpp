@@ -92,7 +92,8 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   k.batch = in.batch;
   k.bucket = bucket;
   k.guard = b.guards() + plan_layout::guard_stage;
-  if (in.wait_for != nullptr) ex.wait_event(in.wait_for);
+  // The engine's events cross the capture's boundary (docs/metadata.md): external nodes.
+  if (in.wait_for != nullptr) ex.wait_event(in.wait_for, event_scope::external);
   // The staging guard belongs to the staging: reset here (the round's setup resets the others).
   ex.fill_bytes(k.guard, 0, sizeof(guard_word));
   ex.launch(
@@ -103,7 +104,7 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
       static_cast<std::int64_t>(bucket) *
           (2 * sizeof(std::int32_t) + k.slots_per_request * sizeof(std::int64_t)) +
       5 * sizeof(std::int32_t));
-  if (in.done != nullptr) ex.record_event(in.done);
+  if (in.done != nullptr) ex.record_event(in.done, event_scope::external);
   return bucket;
 }
 

@@ -1,6 +1,7 @@
 // Recording guard violations from host+device per-row code.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "specgraph/config.hpp"
@@ -8,48 +9,70 @@
 
 namespace specgraph::kernels {
 
-// Whether (row, column) comes before the recorded violation's (row, column).
-SPECGRAPH_HD bool guard_precedes(std::int32_t row, std::int32_t column, std::int32_t other_row,
-                                 std::int32_t other_column) {
-  return row < other_row || (row == other_row && column < other_column);
+// The order key of a violation at (row, column): the earlier (row, column) has the larger key,
+// so the recorded violation is the one whose key is the maximum. Rows are -1 (a launch-wide
+// input, as the verify kernels record) or more and take 31 bits as row + 1 (a row below -1
+// orders as -1, INT32_MAX as INT32_MAX - 1); the column is any int32 (-1 for a per-row scalar
+// input; INT32_MIN orders as INT32_MIN + 1), mapped order-preserving to 32 bits. The key is in
+// [1, 2^63 - 1]: 0 stays "clean" and bit 63 is free for guard_busy.
+SPECGRAPH_HD std::uint64_t guard_key(std::int32_t row, std::int32_t column) {
+  const std::int32_t clamped = row < -1 ? -1 : (row == INT32_MAX ? INT32_MAX - 1 : row);
+  const auto r = static_cast<std::uint64_t>(static_cast<std::int64_t>(clamped) + 1);
+  const std::uint32_t c =
+      (static_cast<std::uint32_t>(column) ^ 0x80000000u) | 1u * (column == INT32_MIN);
+  return (std::uint64_t{1} << 63) - ((r << 32) | c);
 }
+constexpr std::uint64_t guard_busy = std::uint64_t{1} << 63;
 
 // Records one violation: every one is counted, and the word keeps the details of the one with
-// the lowest (row, column), so the result does not depend on which thread came first. On the GPU
-// the count is an atomic and the details are updated under a spin lock in the word (violations
-// only happen on bad input, so the lock is never contended in a healthy round; every GPU we
-// build for schedules threads independently, so a lock within a warp cannot deadlock). The host
-// executor runs rows one after another.
+// the lowest (row, column), so the result does not depend on which thread came first.
+// On the GPU, lock-free for every violation that cannot be the first: the count is an atomic
+// add, and a thread whose key is not above the word's key returns after one load. A thread with
+// an earlier (row, column) claims the key word with a compare-and-swap that also sets
+// guard_busy, writes the details and clears the bit; one arriving while the bit is set waits
+// only if it is earlier still. So a poisoned row of a million cells costs a million atomic adds
+// and a handful of claims (one per new minimum), not a million turns of a lock. Independent
+// thread scheduling (sm_70 and later, every GPU built for) keeps a wait inside a warp from
+// deadlocking. The host executor runs rows one after another: the same rule, no atomics.
 SPECGRAPH_HD void guard_record(guard_word* g, violation_kind kind, kernel_id kernel,
                                std::int32_t row, std::int32_t column, std::int32_t capacity,
                                std::int64_t value) {
   if (g == nullptr) return;
+  const std::uint64_t mine = guard_key(row, column);
 #if defined(__CUDA_ARCH__)
   atomicAdd(&g->violations, 1);
-  while (atomicCAS(&g->lock, 0, 1) != 0) {
+  auto* word = reinterpret_cast<unsigned long long*>(&g->first);
+  const volatile unsigned long long* seen_word = word;
+  unsigned long long seen = *seen_word;
+  for (;;) {
+    if ((seen & ~guard_busy) >= mine) return;  // an earlier (row, column) is (being) recorded
+    if ((seen & guard_busy) != 0) {            // a later one is writing its details: wait
+      seen = *seen_word;
+      continue;
+    }
+    const unsigned long long old = atomicCAS(word, seen, mine | guard_busy);
+    if (old == seen) break;
+    seen = old;
   }
-  __threadfence();
   volatile guard_word* v = g;
-  if (v->kind == 0 || guard_precedes(row, column, v->row, v->column)) {
-    v->kind = static_cast<std::int32_t>(kind);
-    v->kernel = static_cast<std::int32_t>(kernel);
-    v->row = row;
-    v->column = column;
-    v->capacity = capacity;
-    v->value = value;
-  }
+  v->kind = static_cast<std::int32_t>(kind);
+  v->kernel = static_cast<std::int32_t>(kernel);
+  v->row = row;
+  v->column = column;
+  v->capacity = capacity;
+  v->value = value;
   __threadfence();
-  atomicExch(&g->lock, 0);
+  atomicExch(word, static_cast<unsigned long long>(mine));
 #else
   ++g->violations;
-  if (g->kind == 0 || guard_precedes(row, column, g->row, g->column)) {
-    g->kind = static_cast<std::int32_t>(kind);
-    g->kernel = static_cast<std::int32_t>(kernel);
-    g->row = row;
-    g->column = column;
-    g->capacity = capacity;
-    g->value = value;
-  }
+  if (g->first >= mine) return;
+  g->first = mine;
+  g->kind = static_cast<std::int32_t>(kind);
+  g->kernel = static_cast<std::int32_t>(kernel);
+  g->row = row;
+  g->column = column;
+  g->capacity = capacity;
+  g->value = value;
 #endif
 }
 

@@ -38,6 +38,20 @@ else
   say "not a git checkout: .gpu-commit not written (set SPECGRAPH_COMMIT for gpu-check.sh instead)"
 fi
 
+# ---- .deps/test-ages: the newest test files first (the GPU check's sanitizers run in that order) -
+# One "EPOCH NAME" line per tests/*_test.cpp: the time of the commit that added it, now for a file
+# not committed yet. The copy on the GPU machine has no history to ask.
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  mkdir -p .deps
+  now=$(date +%s)
+  for f in tests/*_test.cpp; do
+    t=$(git log --diff-filter=A --format=%at -- "$f" 2>/dev/null | tail -1)
+    echo "${t:-$now} $(basename "$f" .cpp)"
+  done | sort -k1,1nr >.deps/test-ages.tmp
+  mv .deps/test-ages.tmp .deps/test-ages
+  say ".deps/test-ages: $(wc -l <.deps/test-ages) test files, newest $(head -1 .deps/test-ages | cut -d' ' -f2)"
+fi
+
 # ---- .deps/debs: binary packages from the configured package sources ---------------------------
 # Up to date when every file of the last run's MANIFEST is still there and readable: then no apt
 # call at all (SPECGRAPH_BUNDLE_REFRESH=1 asks apt again, e.g. after a distribution upgrade).
@@ -112,7 +126,11 @@ if [ "${SPECGRAPH_BUNDLE_WHEELS:-1}" != 0 ]; then
     say ".whl already holds $(cd .whl && ls apache_tvm_ffi-*.whl typing_extensions-*.whl | tr '\n' ' ')"
   elif python3 -m pip --version >/dev/null 2>&1; then
     mkdir -p .whl
-    if ! timeout 180 python3 -m pip download -q apache-tvm-ffi --no-deps --only-binary=:all: \
+    # The same range as pyproject.toml's build and runtime requirement (one place: read from it).
+    tvm_req=$(grep -oE '"apache-tvm-ffi[^"]*"' pyproject.toml | head -1 | tr -d '"' | tr -d ' ')
+    tvm_req=${tvm_req:-apache-tvm-ffi>=0.1.15,<0.2}
+    say "wheel: $tvm_req"
+    if ! timeout 180 python3 -m pip download -q "$tvm_req" --no-deps --only-binary=:all: \
         --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
         --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 -d .whl; then

@@ -42,15 +42,20 @@ set -uo pipefail
 STEPS=(machine deps build smoke tests run-compare python torch-example benchmarks peer-torch
   peer-csr memcheck initcheck)
 declare -A BUDGET=(
-  [machine]=5         # nvidia-smi, tool versions: a few seconds
+  [machine]=15        # three nvidia-smi calls: the first on a cold machine starts the driver's
+                      # persistence (seconds); tool versions ~1 s
   [deps]=35           # unpack .deps/debs + a link probe ~10 s (+25 s if GoogleTest must be
                       # rebuilt); tvm_ffi's wheel installed offline ~3 s
-  [build]=85          # ~190 CPU-s of compiles (Python extension included), longest ~25 s: ~50 s on 16
-  [smoke]=30          # WHILE-node, device-counter and CSR C++ tests on CUDA, the torch
-                      # device-depth tests: ~4 s of C++, torch import + CUDA context ~8 s
-  [tests]=40          # every ctest test (not python.pytest), cuda instances included
+  [build]=90          # ~400 CPU-s of compiles (CUDA kernels, tests, benchmarks, the Python
+                      # extension), the longest nvcc ~25 s: ~40-60 s on 16 cores; with a carried
+                      # prebuilt tree (.prebuilt, docs/gpu-check.md) a few seconds
+  [smoke]=40          # WHILE-node, device-counter, CSR, verify and executor-event C++ tests on
+                      # CUDA (~10 s, each binary at most 10 s), the torch device-depth tests:
+                      # torch import + CUDA context ~8 s
+  [tests]=45          # every ctest test (not python.pytest), cuda instances included
   [run-compare]=15    # two small seeded simulated runs (both formats), a few seconds each
-  [python]=50         # pytest: test_torch_cuda.py first (its own JUnit), then the rest
+  [python]=40         # pytest over every python/tests/*_cuda.py in one call (the CPU rest runs
+                      # in CI): one torch import, ~25 s of tests
   [torch-example]=40  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each; examples/engine_runner.py
                       # (10 s of it: a torch import, 4 graphs, 12 rounds)
@@ -58,27 +63,35 @@ declare -A BUDGET=(
   [peer-torch]=15     # bench/peer_torch.py at buckets 1, 64, 256
   [peer-csr]=20       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
                       # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
-  [memcheck]=40       # cuda tests of the binaries that have some, 4 binaries at a time
-  [initcheck]=35      # same, initcheck
+  [memcheck]=28       # cuda tests of the binaries that have some, newest first, 4 at a time
+  [initcheck]=22      # same, initcheck
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
 TOTAL_LIMIT=480
-SMOKE_LIMIT=30        # the smoke step's budget may not grow past this (the contract checks it)
-# The dry run builds on a small CPU machine: only these budgets differ there.
-declare -A DRY_BUDGET=([deps]=120 [build]=2400 [run-compare]=120)
+SMOKE_LIMIT=40        # the smoke step's budget may not grow past this (the contract checks it)
+# The dry run builds on a small CPU machine: only these budgets differ there (the sanitizer
+# steps list every test binary, measured at 29 s on a loaded 2-core machine, 3 s when idle).
+declare -A DRY_BUDGET=([deps]=120 [build]=2400 [run-compare]=120 [memcheck]=120 [initcheck]=120)
 PER_TEST_TIMEOUT=60   # ctest --timeout for one test
-PROPERTY_CASES=100    # SPECGRAPH_PROPERTY_CASES under compute-sanitizer
-# gtest filter under compute-sanitizer: the cuda instances (and CudaHandles.*), without the
-# timing assertions a sanitizer's slowdown breaks. Only binaries listing a test for it run.
-SANITIZER_FILTER='*cuda*:*Cuda*-*TimeDevice*:*StageReturns*'
+PROPERTY_CASES=20     # SPECGRAPH_PROPERTY_CASES under compute-sanitizer (a 10-100x slowdown)
+# gtest filter under compute-sanitizer: the cuda instances (and CudaHandles.*, CudaInterop.*),
+# without the tests that assert on timing a sanitizer's slowdown breaks: time_device, and the
+# interop tests that expect "not ready" right after a 40 ms spin (StageReturns*, *WaitsFor*).
+# Only binaries listing a test for it run, the newest test files first (scripts/bundle-deps.sh
+# writes their ages to .deps/test-ages). compute-sanitizer runs with --report-api-errors no: a
+# test provokes a failed cudaMalloc on purpose, and an API error is not a memory error.
+SANITIZER_FILTER='*cuda*:*Cuda*-*TimeDevice*:*StageReturns*:*WaitsFor*'
 # The smoke step's C++ part, binary:gtest filter (the newest CUDA paths: WHILE node, device
 # counter, the WHILE round's iteration limit, the CSR indices kernel and its round operations, the
 # verify metadata kernels and their captured graph, and time_device, which the benchmarks rely
-# on). The tests step runs them again with everything else, at their full case counts.
+# on), and executor_events_test: the event edges inside one capture and across it, the WHILE
+# body's stream made before any capture (a first begin_while inside the engine's global-mode
+# capture), the refused in-place update of a re-captured WHILE graph. The tests step runs them
+# again with everything else, at their full case counts.
 SMOKE_CPP=("device_steps_test:Executors/DeviceSteps.*/cuda" "round_limits_test:Executors/RoundLimits.*/cuda"
            "kv_indices_test:Executors/KvIndices.*/cuda" "csr_ops_test:Executors/CsrOps.*/cuda"
            "verify_test:Executors/VerifyMetadata.*/cuda" "verify_graph_test:Executors/VerifyGraph.*/cuda"
-           "executor_test:*TimeDevice*cuda*")
+           "executor_test:*TimeDevice*cuda*" "executor_events_test:Executors/*/cuda:CudaCaptureEdges.*")
 SMOKE_PROPERTY_CASES=200  # SPECGRAPH_PROPERTY_CASES of the smoke's C++ runs (random-case tests)
 # ... and its torch part: the DraftGraphs device-counter and device-depth tests on the GPU.
 SMOKE_PYTEST=(python/tests/test_torch_cuda.py -k "device_counter or device_decide_the_depth")
@@ -94,6 +107,9 @@ BENCH_RUNS=(
   "verify|bench_verify|^verify/cuda/bucket:(1|64|256)/D:(8|64)/page_size:(1|16)/ctx:4096/layout:(0|1)/"
 )
 BENCH_MIN_TIME=0.005
+# The Python step's pytest selection: every GPU test file, found by name (a new *_cuda.py joins
+# by itself); the CPU tests run in CI and are not repeated here.
+PYTEST_GPU_GLOB='python/tests/*_cuda.py'
 PEER_TORCH_BUCKETS=1,64,256
 # bench/peer_csr_torch.py's configurations (bucket x topk x ctx; bench_csr has each of them), the
 # first one also checked against `specgraph metadata kv-indices` (its cells <= PEER_CSR_CHECK).

@@ -360,7 +360,7 @@ TEST(ConditionalBody, RunsWhileSetAndRefusesWhatCudaRefuses) {
 
   // A graph recorded into a body is checked as a whole: an event node inside it is refused.
   ex->begin_capture();
-  ex->record_event(e.get());
+  ex->record_event(e.get(), event_scope::external);  // an event record node
   const std::unique_ptr<graph> with_event = ex->end_capture();
   EXPECT_THROW(ex->record_graph(*with_event), capture_violation) << "outside capture";
   ex->begin_capture();

@@ -51,18 +51,20 @@ class two_stream_executor final : public forwarding_executor {
   bool holding() const { return held_; }
   std::vector<std::string> log;  // the executor's stream, in order
 
-  void wait_event(device_event e) override {
+  using forwarding_executor::record_event;
+  using forwarding_executor::wait_event;
+  void wait_event(device_event e, event_scope scope) override {
     log.push_back("wait " + name_of(e));
     if (e == pending_) {
       held_ = true;
       return;
     }
-    enqueue([this, e] { inner().wait_event(e); });
+    enqueue([this, e, scope] { inner().wait_event(e, scope); });
   }
-  void record_event(device_event e) override {
+  void record_event(device_event e, event_scope scope) override {
     log.push_back("record " + name_of(e));
     if (held_) queued_records_.push_back(e);
-    enqueue([this, e] { inner().record_event(e); });
+    enqueue([this, e, scope] { inner().record_event(e, scope); });
   }
   bool event_complete(device_event e) override {
     for (device_event q : queued_records_) {

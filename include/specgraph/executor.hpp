@@ -32,6 +32,12 @@
 
 namespace specgraph {
 
+// Where the other end of an event recorded or waited on during capture is (executor::record_event).
+enum class event_scope {
+  capture,   // in the same capture: an ordinary edge of the captured graph
+  external,  // outside the graph: an event record / wait node, fired at each replay
+};
+
 // A captured, not yet instantiated graph. Owned through unique_ptr.
 class graph {
  public:
@@ -134,12 +140,21 @@ class executor {
   // Creates / destroys an event owned by the caller. Not during capture.
   [[nodiscard]] virtual device_event create_event() = 0;
   virtual void destroy_event(device_event e) noexcept = 0;
-  // Records `e` at the current end of the stream. During capture it becomes an external event
-  // record node (the event fires at each replay).
-  virtual void record_event(device_event e) = 0;
-  // Later work on the stream waits for `e` (recorded on any stream, e.g. the engine's). During
-  // capture it becomes an external event wait node. Never blocks the host.
-  virtual void wait_event(device_event e) = 0;
+  // Records `e` at the current end of the stream; later work on the stream waits for `e`
+  // (recorded on any stream, e.g. the engine's). Neither blocks the host. Outside capture the
+  // scope changes nothing. During capture it says which side of the capture the other end is:
+  //   event_scope::capture  (the default) the other end is in the same capture (the engine forks
+  //       to or joins from another capturing stream): an ordinary edge of the captured graph, no
+  //       node; the event cannot be queried, synchronised or waited on outside that capture.
+  //       Waiting on an event not recorded in this capture this way throws capture_violation.
+  //   event_scope::external  the other end is outside the graph (the engine waits for `done`
+  //       after a replay, or recorded `wait_for` before it): an event record / wait node, the
+  //       event fires (is waited on) at each replay.
+  // Neither is allowed inside a conditional body (capture_violation).
+  virtual void record_event(device_event e, event_scope scope) = 0;
+  virtual void wait_event(device_event e, event_scope scope) = 0;
+  void record_event(device_event e) { record_event(e, event_scope::capture); }
+  void wait_event(device_event e) { wait_event(e, event_scope::capture); }
   // Whether the work before the last record of `e` has finished. Forbidden during capture.
   [[nodiscard]] virtual bool event_complete(device_event e) = 0;
   // Blocks the host until `e` has completed (counted in event_waits when it had not).

@@ -42,8 +42,10 @@ class forwarding_executor : public executor {
   void launch(const kernel_launch& k) override { inner_->launch(k); }
   device_event create_event() override { return inner_->create_event(); }
   void destroy_event(device_event e) noexcept override { inner_->destroy_event(e); }
-  void record_event(device_event e) override { inner_->record_event(e); }
-  void wait_event(device_event e) override { inner_->wait_event(e); }
+  using executor::record_event;
+  using executor::wait_event;
+  void record_event(device_event e, event_scope scope) override { inner_->record_event(e, scope); }
+  void wait_event(device_event e, event_scope scope) override { inner_->wait_event(e, scope); }
   bool event_complete(device_event e) override { return inner_->event_complete(e); }
   void synchronize_event(device_event e) override { inner_->synchronize_event(e); }
   device_timing time_device(const std::function<void()>& enqueue) override {

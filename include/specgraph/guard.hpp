@@ -43,8 +43,9 @@ struct guard_word {
   std::int32_t column;      // column that was not written (or the offending input column)
   std::int32_t capacity;    // capacity of the buffer (or the limit the value broke)
   std::int64_t value;       // the value that would have been stored / the offending input value
-  std::int32_t lock;        // held while a GPU thread updates the details; 0 at rest
-  std::int32_t reserved;    // 0
+  // The recorded violation's (row, column) as one order key (kernels/guard_ops.hpp: larger is
+  // earlier; its top bit is set while a GPU thread writes the details); 0 when clean.
+  std::uint64_t first;
 };
 
 const char* to_string(kernel_id k) noexcept;

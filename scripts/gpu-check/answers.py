@@ -49,17 +49,54 @@ def why_not(work, step):
     return f"{step} {status}" + (f": {note[0]}" if note else "")
 
 
+SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "u": 1e-6, "n": 1e-9,
+         "Ki": 1024.0, "Mi": 1024.0 ** 2, "Gi": 1024.0 ** 3, "Ti": 1024.0 ** 4}
+CONSOLE_RE = re.compile(r"^(\S+)\s+([0-9.]+) (ns|us|ms|s)\s+[0-9.]+ (?:ns|us|ms|s)\s+\d+(.*)$")
+ERROR_RE = re.compile(r"^(\S+)\s+ERROR OCCURRED: '?(.*?)'?\s*$")
+COUNTER_RE = re.compile(r"(\w+)=([0-9.]+(?:e[-+]?\d+)?)(Ki|Mi|Gi|Ti|[kMGTmun])?(?:/s)?")
+
+
+def console_runs(path):
+    """The benchmarks of a console log (bench_NAME.console, written line-buffered): the fallback
+    for a JSON file the deadline cut short. Counters are read back from their human-readable
+    form (3-4 significant digits), times from the real-time column."""
+    runs = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = ERROR_RE.match(line.rstrip())
+            if m:
+                runs.append(dict(name=m.group(1), error_occurred=True, error_message=m.group(2)))
+                continue
+            m = CONSOLE_RE.match(line.rstrip())
+            if not m or "/" not in m.group(1):
+                continue
+            b = dict(name=m.group(1), real_time=float(m.group(2)), time_unit=m.group(3),
+                     from_console=True)
+            for k, v, unit in COUNTER_RE.findall(m.group(4)):
+                b[k] = float(v) * SCALE[unit or ""]
+            runs.append(b)
+    return runs
+
+
 def bench(work, name, step="benchmarks"):
-    """{(name fields): entry} of logs/bench_NAME.json; Missing when absent or cut short."""
+    """[entry] of logs/bench_NAME.json; else, when the JSON is missing or cut short, the console
+    log's (logs/bench_NAME.console); Missing when neither holds a benchmark."""
     path = os.path.join(work, "logs", f"bench_{name}.json")
+    console = os.path.join(work, "logs", f"bench_{name}.console")
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-    except OSError:
-        raise Missing(f"no bench_{name}.json ({why_not(work, step)})")
-    except ValueError:
-        raise Missing(f"bench_{name}.json incomplete: the run was cut short ({why_not(work, step)})")
-    runs = [b for b in doc.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"]
+        runs = [b for b in doc.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"]
+    except (OSError, ValueError) as e:
+        why = "no" if isinstance(e, OSError) else "incomplete (the run was cut short):"
+        try:
+            runs = console_runs(console)
+        except OSError:
+            raise Missing(f"{why} bench_{name}.json and no console log ({why_not(work, step)})")
+        if not runs:
+            raise Missing(f"{why} bench_{name}.json, and its console log holds no benchmark "
+                          f"({why_not(work, step)})")
+        return runs
     if not runs:
         raise Missing(f"bench_{name}.json holds no benchmark ({why_not(work, step)})")
     return runs

@@ -15,6 +15,10 @@ banner() { echo; echo "---- $*"; }
 have() { command -v "$1" >/dev/null 2>&1; }
 # The Python package as ctest's python.pytest runs it: the source tree's files, the extension the
 # build step built, tvm_ffi from the deps step (py_path), the CLI the plan tests compare with.
+# No CUDA_MODULE_LOADING=EAGER here (the C++ binaries and benchmarks set it): under EAGER every
+# torch process loads all of torch's kernels at start (seconds, hundreds of MB each), and Python
+# never runs the time_device path EAGER protects; the cuda executor loads the library's own
+# kernels when it is made (ctest's cuda.time_device_first_launch_lazy_loading checks that).
 py_path() { local d; d=$(cat "$SG_WORK/pydeps" 2>/dev/null); echo "$SG_ROOT/python${d:+:$d}"; }
 py_lib() { echo "$SG_BUILD/python/specgraph/libspecgraph_ext.so"; }
 py_env() {
@@ -22,7 +26,7 @@ py_env() {
   [ -f "$SG_BUILD/tests/libnvtx_recorder.so" ] &&
     rec=("SPECGRAPH_NVTX_RECORDER=$SG_BUILD/tests/libnvtx_recorder.so")
   env PYTHONPATH="$(py_path)" SPECGRAPH_LIB="$(py_lib)" SPECGRAPH_CLI="$SG_BUILD/tools/specgraph" \
-    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 REQUIRE_GPU=1 \
     "${rec[@]}" "$@"
 }
 

@@ -70,23 +70,57 @@ EOF
   return $rc
 }
 
+# test_order: the test binaries of $SG_BUILD/tests, newest test file first: by the age that
+# scripts/bundle-deps.sh wrote to .deps/test-ages ("EPOCH NAME" lines: the commit that added
+# tests/NAME.cpp; a file not committed yet reads as now), else by git here, else by the source's
+# modification time. A binary with no age (added after the bundle) counts as newest. The
+# sanitizers run in this order, so a deadline cuts the oldest, most often run tests, not the new.
+test_order() {
+  local t name age now
+  now=$(date +%s)
+  for t in "$SG_BUILD"/tests/*_test; do
+    [ -x "$t" ] && [ -f "$t" ] || continue
+    name=$(basename "$t")
+    age=$(awk -v n="$name" '$2 == n { print $1; exit }' .deps/test-ages 2>/dev/null)
+    if [ -z "$age" ] && [ -f "tests/$name.cpp" ] && git rev-parse --git-dir >/dev/null 2>&1; then
+      age=$(git log --diff-filter=A --format=%at -- "tests/$name.cpp" 2>/dev/null | tail -1)
+    fi
+    [ -z "$age" ] && [ ! -s .deps/test-ages ] && [ -f "tests/$name.cpp" ] &&
+      age=$(stat -c %Y "tests/$name.cpp")
+    echo "${age:-$now} $t"
+  done | sort -k1,1nr -k2,2 | cut -d' ' -f2-
+}
+
 # sanitized_binaries: the test binaries whose --gtest_list_tests lists a test for
 # SANITIZER_FILTER (a binary without one makes compute-sanitizer fail: "terminated before first
-# instrumented API call"), into SAN_BINS; counts binaries_total, binaries_selected, cuda_tests.
+# instrumented API call"), newest first (test_order), into SAN_BINS; counts binaries_total,
+# binaries_selected, cuda_tests and the order (first_binary).
 sanitized_binaries() {
   local t n all=0 tests=0
   SAN_BINS=()
-  for t in "$SG_BUILD"/tests/*_test; do
-    [ -x "$t" ] && [ -f "$t" ] || continue
+  while IFS= read -r t; do
     all=$((all + 1))
     n=$("$t" --gtest_list_tests --gtest_filter="$SANITIZER_FILTER" 2>/dev/null | grep -c '^  ')
     echo "$(basename "$t"): ${n:-0} test(s) for $SANITIZER_FILTER"
     [ "${n:-0}" -gt 0 ] && SAN_BINS+=("$t") && tests=$((tests + n))
-  done
+  done < <(test_order)
   count binaries_total "$all"
   count binaries_selected "${#SAN_BINS[@]}"
   count cuda_tests "$tests"
+  ((${#SAN_BINS[@]})) && count_str first_binary "$(basename "${SAN_BINS[0]}")"
   SAN_TESTS=$tests
+}
+
+# san_errors LOG: the sanitizer's error count of one binary's log: its ERROR SUMMARY, or, when the
+# binary was killed before printing one, the error reports in the partial log (each starts with
+# a "========= " line naming the error, its details indented below it).
+san_errors() {
+  local e
+  e=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$1" | tail -1 | grep -oE '[0-9]+')
+  if [ -z "$e" ]; then
+    e=$(grep -E '^========= [A-Z]' "$1" | grep -cvE '^========= (COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|Target application|Error: process didn|This can occur)')
+  fi
+  echo "${e:-0}"
 }
 
 # sanitize TOOL: compute-sanitizer --tool TOOL over the cuda tests of the binaries that have some,
@@ -98,7 +132,7 @@ sanitize() {
   local bins=("${SAN_BINS[@]}")
   if [ "$SG_DRY" = 1 ]; then
     ((${#bins[@]})) || { note "dry run: no test binary lists a test for $SANITIZER_FILTER"; return 1; }
-    note "skipped (dry run): needs a GPU; would run $SAN_TESTS cuda tests in ${#bins[@]} binaries"
+    note "skipped (dry run): needs a GPU; would run $SAN_TESTS cuda tests in ${#bins[@]} binaries, $(basename "${bins[0]}") first"
     exit $EX_SKIP
   fi
   local cs
@@ -117,7 +151,7 @@ sanitize() {
     if [ $left -lt 2 ]; then echo "not started: no time left in the step budget"; echo "exit=124"
     else
       REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER SPECGRAPH_PROPERTY_CASES=$PROPERTY_CASES timeout -k 2 "$left" \
-        "$CS" --tool "$TOOL" --error-exitcode 99 --print-limit 50 "$1" \
+        "$CS" --tool "$TOOL" --error-exitcode 99 --print-limit 50 --report-api-errors no "$1" \
         --gtest_filter="$SANITIZER_FILTER"
       echo "exit=$?"
     fi >"$log" 2>&1' _
@@ -131,9 +165,7 @@ sanitize() {
     local m
     m=$(grep -m1 -iE 'device not supported|not supported on this|insufficient permission|ERR_NVGPUCTRPERM|unable to (connect|initialize|attach)|failed to (initialize|launch|create) .*sanitizer|sanitizer .*(not supported|unsupported)' "$log")
     [ -n "$m" ] && [ -z "$refused" ] && refused=$m
-    local e
-    e=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+')
-    errors=$((errors + ${e:-0}))
+    errors=$((errors + $(san_errors "$log")))
     tests=$((tests + $(grep -cE '^\[       OK \]' "$log")))
     if grep -qE '^exit=(124|137)$' "$log"; then
       timeouts=$((timeouts + 1))
@@ -193,20 +225,32 @@ step_benchmarks() {
     i=$((i + 1))
     if [ $share -lt 2 ]; then failed+=("$name (no time left)"); rc=1; continue; fi
     banner "$prog --benchmark_filter='$filter' (at most $share s)"
-    local brc=0
-    CUDA_MODULE_LOADING=EAGER timeout -k 1 "$share" "$b" --benchmark_filter="$filter" \
+    # The console line-buffered into its own file (stdbuf: the reporter writes through C stdio),
+    # so a selection killed at its share still leaves every benchmark that finished; the JSON
+    # file is written in blocks and is whole only when the program ends. answers.py reads the
+    # console when the JSON is cut short.
+    local brc=0 lb=() console=$SG_LOGS/bench_$name.console
+    have stdbuf && lb=(stdbuf -oL -eL)
+    CUDA_MODULE_LOADING=EAGER timeout -k 1 "$share" "${lb[@]}" "$b" --benchmark_filter="$filter" \
       --benchmark_min_time="$BENCH_MIN_TIME" --benchmark_out="$json" \
-      --benchmark_out_format=json || brc=$?
+      --benchmark_out_format=json --benchmark_color=false 2>&1 | tee "$console"
+    brc=${PIPESTATUS[0]}
     local got errs
-    got=$(grep -c '"run_name"' "$json" 2>/dev/null)
-    errs=$(grep -c '"error_occurred": true' "$json" 2>/dev/null)
+    if python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$json" 2>/dev/null; then
+      got=$(grep -c '"run_name"' "$json" 2>/dev/null)
+      errs=$(grep -c '"error_occurred": true' "$json" 2>/dev/null)
+    else  # cut short: the console's lines (a name, then a time; or ERROR OCCURRED)
+      got=$(grep -cE '^[A-Za-z_]+/[^ ]+ +([0-9.]+ (ns|us|ms|s) |ERROR OCCURRED)' "$console")
+      errs=$(grep -c 'ERROR OCCURRED' "$console")
+      count "${name}_from_console" 1
+    fi
     count "${name}_benchmarks" "${got:-0}"
     count "${name}_errors" "${errs:-0}"
     total=$((total + ${got:-0}))
     case $brc in
       0) [ "${got:-0}" -gt 0 ] || { failed+=("$name (no benchmarks ran)"); rc=1; }
          [ "${errs:-0}" = 0 ] || { failed+=("$name ($errs errors)"); rc=1; } ;;
-      124 | 137) failed+=("$name (timed out after $share s; JSON incomplete)"); rc=1 ;;
+      124 | 137) failed+=("$name (timed out after $share s; ${got:-0} benchmarks from its console)"); rc=1 ;;
       *) failed+=("$name (exit $brc)"); rc=1 ;;
     esac
   done
