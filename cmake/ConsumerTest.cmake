@@ -24,6 +24,15 @@ endfunction()
 
 file(REMOVE_RECURSE ${WORK_DIR})
 run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/install)
+# The licence is installed with the package (an engine that vendors it needs it).
+set(license ${WORK_DIR}/install/share/doc/specgraph/LICENSE)
+if(NOT EXISTS ${license})
+  message(FATAL_ERROR "the installed package has no ${license}")
+endif()
+file(READ ${license} license_head LIMIT 200)
+if(NOT license_head MATCHES "Apache License\n +Version 2.0, January 2004")
+  message(FATAL_ERROR "${license} is not the Apache License 2.0: ${license_head}")
+endif()
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/engine_consumer -B ${WORK_DIR}/installed
          -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/install ${flags})
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/installed)

@@ -32,11 +32,17 @@ inline void at_most(const std::string& field, std::int64_t value, std::int64_t m
                   std::to_string(value) + " exceeds " + limit_name + " " + std::to_string(maximum));
   }
 }
-// minimum <= value <= maximum, where the maximum is named (e.g. "the limit").
+// minimum <= value <= maximum, where the maximum is named (e.g. "the limit"); a value below the
+// minimum is told the whole range, so the user learns the maximum too.
 inline void between(const std::string& field, std::int64_t value, std::int64_t minimum,
                     std::int64_t maximum, const std::string& limit_name,
                     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-  at_least(field, value, minimum, file, line);
+  if (value < minimum) {
+    throw_invalid(file, line, field,
+                  std::to_string(value) + " is below the minimum " + std::to_string(minimum) +
+                      " (the range is " + std::to_string(minimum) + " to " + limit_name + " " +
+                      std::to_string(maximum) + ")");
+  }
   at_most(field, value, maximum, limit_name, file, line);
 }
 // lo <= value < hi, where hi is named (e.g. "page_size").

@@ -21,8 +21,11 @@ the dummy page, and specgraph's guard words clean.
 
     python examples/engine_runner.py [--rounds N] [--seed N] [--device cpu|cuda]
 
-Without a GPU it runs on the CPU (the default device is cuda when torch sees one): the same
-runner, the same code path, with each graph's body called eagerly instead of replayed.
+Without a GPU it runs on the CPU (--device auto, the default: cuda when torch and specgraph see
+a GPU, else cpu, saying so; under REQUIRE_GPU=1 a missing GPU is an error instead): the same
+runner, the same code path, with each graph's body called eagerly instead of replayed. --device
+cuda without a GPU exits 1. --help works without torch; without torch it says
+`pip install torch` and exits 0 (1 with REQUIRE_GPU=1), as examples/torch_draft_loop.py does.
 docs/engines.md ("A worked adapter") walks through it.
 """
 
@@ -36,15 +39,18 @@ import time
 
 try:
     import torch
-except ImportError as missing:
-    print(f"engine_runner: needs torch ({missing}); nothing to run")
-    sys.exit(1 if os.environ.get("REQUIRE_GPU") == "1" else 0)
+except ImportError as e:  # --help still works; main() says what to install
+    torch = None
+    MISSING = e
+else:
+    MISSING = None
 
 import specgraph
 import specgraph.csr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from engine_runner_model import ToyDraftModel  # noqa: E402  (the engine's side, next to this file)
+if torch is not None:
+    from engine_runner_model import ToyDraftModel  # noqa: E402  (the engine's side, next to this)
 
 
 def parse(argv=None):
@@ -58,10 +64,10 @@ def parse(argv=None):
     p.add_argument("--max-context", type=int, default=48, help="longest request prefix")
     p.add_argument("--rounds", type=int, default=12, help="draft rounds to run")
     p.add_argument("--seed", type=int, default=1, help="random seed of model and requests")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                   choices=["cuda", "cpu"],
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                    help="cuda: graphs captured with torch.cuda.graph; cpu: the same runner, "
-                        "each graph's body run eagerly")
+                        "each graph's body run eagerly; auto: cuda when torch and specgraph see "
+                        "a GPU, else cpu")
     return p.parse_args(argv)
 
 
@@ -188,12 +194,32 @@ class EagleDraftRunner:
         return bucket
 
 
+def pick_device(requested):
+    """The device to run on ("cuda" or "cpu"), or None (said why) when there is none to run on.
+    auto falls back to the CPU, as examples/torch_draft_loop.py does, except under REQUIRE_GPU=1."""
+    if requested == "cpu":
+        return "cpu"
+    if torch.cuda.is_available() and specgraph.CUDA_AVAILABLE:
+        return "cuda"
+    why = ("torch sees no CUDA device" if not torch.cuda.is_available()
+           else specgraph.cuda_unavailable_reason())
+    if requested == "auto" and os.environ.get("REQUIRE_GPU") != "1":
+        print(f"engine_runner: no GPU here ({why}): running the same runner eagerly on the CPU "
+              f"(--device cpu; no graphs)")
+        return "cpu"
+    print(f"engine_runner: no GPU here ({why}); run it with --device cpu"
+          + (" (REQUIRE_GPU=1: no fallback)" if requested == "auto" else ""))
+    return None
+
+
 def main(argv=None):
     a = parse(argv)
-    if a.device == "cuda" and not (torch.cuda.is_available() and specgraph.CUDA_AVAILABLE):
-        why = ("torch sees no CUDA device" if not torch.cuda.is_available()
-               else specgraph.cuda_unavailable_reason())
-        print(f"engine_runner: no GPU here ({why}); run it with --device cpu")
+    if MISSING is not None:
+        print(f"engine_runner: needs torch ({MISSING}): pip install torch (a CPU build is "
+              f"enough: the runner then runs on the CPU); nothing to run")
+        return 1 if os.environ.get("REQUIRE_GPU") == "1" else 0
+    a.device = pick_device(a.device)
+    if a.device is None:
         return 1
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device(a.device)

@@ -20,8 +20,12 @@ device decide each round's depth (docs/device-rounds.md): the forward writes eac
 softmax probability as its confidence, and the round continues while a real row's reaches
 --min-confidence, up to the round's max_depth; one launch per round.
 
-Without a GPU it says so and exits 0 (1 with REQUIRE_GPU=1). --device cpu runs the same loop
-eagerly on the CPU (no graphs), for debugging.
+--device auto (the default) captures on the GPU when torch and specgraph see one and otherwise
+runs the same loop eagerly on the CPU (no graphs), saying so, as examples/engine_runner.py does;
+--device cpu asks for the CPU, --device cuda for the GPU (without one: exit status 1). Under
+REQUIRE_GPU=1 (the GPU check) a missing GPU is an error, never a fallback. --help works without
+torch; without torch the example says `pip install torch numpy` and exits 0 (1 with
+REQUIRE_GPU=1).
 """
 
 from __future__ import annotations
@@ -35,17 +39,22 @@ import time
 try:
     import numpy as np
     import torch
-except ImportError as missing:
-    print(f"torch_draft_loop: needs torch and numpy ({missing}); nothing to run")
-    sys.exit(1 if os.environ.get("REQUIRE_GPU") == "1" else 0)
+except ImportError as e:  # --help still works; main() says what to install
+    np = torch = None
+    MISSING = e
+else:
+    MISSING = None
 
 import specgraph
-import specgraph.torch as sgt
+
+if torch is not None:
+    import specgraph.torch as sgt
 
 
 def parse():
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] + " Without a GPU: --device cpu (eager, no graphs).",
+        description=__doc__.split("\n\n")[0] + " Without a GPU it runs eagerly on the CPU "
+        "(no graphs).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--max-batch", type=int, default=8,
                    help="largest batch; the buckets are the planned list up to it")
@@ -60,8 +69,9 @@ def parse():
     p.add_argument("--verify-every", type=int, default=4,
                    help="compare every N-th round with the dense float64 reference")
     p.add_argument("--seed", type=int, default=1, help="random seed of model and requests")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                   help="cuda: captured with torch.cuda.graph; cpu: the same loop run eagerly")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                   help="cuda: captured with torch.cuda.graph; cpu: the same loop run eagerly; "
+                        "auto: cuda when torch and specgraph see a GPU, else cpu")
     p.add_argument("--device-depth", action="store_true",
                    help="one captured step per bucket; the device decides each round's depth")
     p.add_argument("--min-confidence", type=float, default=0.013,
@@ -228,15 +238,33 @@ class Engine:
         return worst
 
 
+def pick_device(requested):
+    """The device to run on ("cuda" or "cpu"), or None (said why) when there is none to run on.
+    auto falls back to the CPU, as examples/engine_runner.py does, except under REQUIRE_GPU=1."""
+    if requested == "cpu":
+        return "cpu"
+    if torch.cuda.is_available() and specgraph.CUDA_AVAILABLE:
+        return "cuda"
+    why = ("torch sees no CUDA device" if not torch.cuda.is_available()
+           else specgraph.cuda_unavailable_reason())
+    if requested == "auto" and os.environ.get("REQUIRE_GPU") != "1":
+        print(f"torch_draft_loop: no GPU here ({why}): running the same loop eagerly on the CPU "
+              f"(--device cpu; no graphs)")
+        return "cpu"
+    print(f"torch_draft_loop: no GPU here ({why}); run it with --device cpu"
+          + (" (REQUIRE_GPU=1: no fallback)" if requested == "auto" else ""))
+    return None
+
+
 def main():
     a = parse()
-    if a.device == "cuda" and not (torch.cuda.is_available() and specgraph.CUDA_AVAILABLE):
-        why = ("torch sees no CUDA device" if not torch.cuda.is_available()
-               else specgraph.cuda_unavailable_reason())
-        print(f"torch_draft_loop: no GPU here ({why}); nothing to run. To run the same loop "
-              f"eagerly on the CPU: {' '.join([os.path.basename(sys.argv[0])] + sys.argv[1:])}"
-              f" --device cpu")
+    if MISSING is not None:
+        print(f"torch_draft_loop: needs torch and numpy ({MISSING}): pip install torch numpy "
+              f"(a CPU build of torch is enough: the loop then runs on the CPU); nothing to run")
         return 1 if os.environ.get("REQUIRE_GPU") == "1" else 0
+    a.device = pick_device(a.device)
+    if a.device is None:
+        return 1
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device(a.device)
     eng = Engine(a, dev)
@@ -299,7 +327,8 @@ def main():
     print(f"rounds: {a.rounds}, {steps_run} steps replayed, {1e3 * seconds / steps_run:.3f} ms "
           f"per step (host-timed, synchronised)")
     status = "PASSED" if worst <= tol else "FAILED"
-    print(f"verification: {verified} rounds against a float64 dense reference, max relative "
+    print(f"verification: {verified} round{'' if verified == 1 else 's'} against a float64 "
+          f"dense reference, max relative "
           f"error {worst:.2e} (tolerance {tol:.0e}): {status}")
     return 0 if worst <= tol else 1
 

@@ -15,10 +15,23 @@ import os
 import re
 import sys
 
-import matplotlib
+plt = None  # matplotlib.pyplot, imported by main() (the titles and tables need no matplotlib)
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+# The executor part of a benchmark name (expand/fused/host/..., replay/.../host-null-kernels/...)
+# and how a plot's title names it: every number of a CPU run is the host executor's, never a GPU's.
+EXECUTORS = {"host": "CPU host executor", "host-null-kernels": "CPU host executor, null kernels",
+             "cuda": "CUDA executor"}
+
+
+def executor_title(rows):
+    """The executors the rows ran on, as a title names them ("CPU host executor")."""
+    found = sorted({part for b in rows for part in b["base"].split("/") if part in EXECUTORS})
+    return ", ".join(EXECUTORS[name] for name in found) or "executor not named in the results"
+
+
+def titled(ax, title, rows):
+    ax.set_title(f"{title}\n({executor_title(rows)})", fontsize=10)
+    return f"{title} ({executor_title(rows)})"
 
 
 def load(path):
@@ -61,12 +74,12 @@ def plot_throughput(rows, out):
     ax.set_xlabel("draft step s (decode length s + 1)")
     ax.set_ylabel("draft tokens / s")
     ax.set_yscale("log")
-    ax.set_title("specgraph run workload: throughput per spec step")
+    title = titled(ax, "specgraph run workload: throughput per spec step", rows)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
-    return lines
+    return lines, title
 
 
 def plot_metadata(rows, out):
@@ -96,12 +109,12 @@ def plot_metadata(rows, out):
     ax.set_yscale("log")
     ax.set_xlabel("bucket (requests), topk 8, page size 16")
     ax.set_ylabel("time per launch set (us)")
-    ax.set_title("expand metadata: fused kernel vs multi-pass baseline")
+    title = titled(ax, "expand metadata: fused kernel vs multi-pass baseline", sel)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "metadata_fused_vs_multipass.png"), dpi=110)
-    return ratios
+    return ratios, title
 
 
 def plot_host_overhead(rows, out):
@@ -123,12 +136,12 @@ def plot_host_overhead(rows, out):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bucket (requests), topk 8, 5 steps")
     ax.set_ylabel("host microseconds")
-    ax.set_title("host cost of stage() + replay() per draft step")
+    title = titled(ax, "host cost of stage() + replay() per draft step", sel)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "host_overhead.png"), dpi=110)
-    return table
+    return table, title
 
 
 def plot_peer_torch(doc, out):
@@ -168,6 +181,13 @@ def plot_peer_torch(doc, out):
 
 
 def main():
+    global plt
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+    plt = matplotlib.pyplot
     if len(sys.argv) == 4 and sys.argv[1] == "--peer-torch":
         os.makedirs(sys.argv[3], exist_ok=True)
         with open(sys.argv[2]) as f:
@@ -183,12 +203,15 @@ def main():
     ctx, meta = load(os.path.join(results, "bench_metadata.json"))
     _, graphs = load(os.path.join(results, "bench_graphs.json"))
     _, thr = load(os.path.join(results, "bench_throughput.json"))
-    lines = plot_throughput(thr, out)
-    ratios = plot_metadata(meta, out)
-    host = plot_host_overhead(graphs, out)
+    lines, throughput_title = plot_throughput(thr, out)
+    ratios, metadata_title = plot_metadata(meta, out)
+    host, host_title = plot_host_overhead(graphs, out)
     md = [f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
           f"{ctx.get('date', '')}; specgraph built Release (Google Benchmark's own library: "
-          f"{ctx.get('library_build_type', '?')} build)", ""]
+          f"{ctx.get('library_build_type', '?')} build); executor: "
+          f"{executor_title(meta + graphs + thr)}", "",
+          f"Plots: throughput.png, {throughput_title}; metadata_fused_vs_multipass.png, "
+          f"{metadata_title}; host_overhead.png, {host_title}", ""]
     md += ["| expand metadata, topk 8, page size 16 | multi-pass / fused time "
            "| nested-loop passes / fused time (the conservative ratio) |", "|---|---|---|"]
     for (bucket, step), (r, loops) in sorted(ratios.items()):

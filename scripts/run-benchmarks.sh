@@ -7,8 +7,9 @@
 #              overwrites them; copy a run's files there by hand to publish it.
 #   BUILD_DIR  a build with the benchmarks (default: the repository's build/, made by
 #              cmake --workflow --preset ci)
-# Environment: SPECGRAPH_BENCH_PYTHON (the Python that plots, default: /usr/bin/python3, else
-# python3; it needs matplotlib), SPECGRAPH_BENCH_MIN_TIME (seconds per benchmark, default 0.2).
+# Environment: SPECGRAPH_BENCH_PYTHON (the Python that plots, default: the python3 on PATH, so
+# an active venv's, else /usr/bin/python3; it needs matplotlib), SPECGRAPH_BENCH_MIN_TIME
+# (seconds per benchmark, default 0.2).
 # Everything it needs is checked first, so a missing piece fails in a second, not after the runs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,10 +31,12 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -d "$out" ] &&
     "name another directory (default bench-results/) and copy the files there by hand to publish"
 fi
 # 2. The plotting Python and its packages.
+# The python3 on PATH first: after the `pip install matplotlib` the message below asks for, the
+# Python it went into (an active venv's) is the one that plots.
 py=${SPECGRAPH_BENCH_PYTHON:-}
 if [ -z "$py" ]; then
-  py=/usr/bin/python3
-  [ -x "$py" ] || py=python3
+  py=$(command -v python3 || true)
+  [ -n "$py" ] || py=/usr/bin/python3
 fi
 command -v "$py" >/dev/null 2>&1 || fail "no Python at '$py' (set SPECGRAPH_BENCH_PYTHON)"
 if ! missing=$("$py" -c 'import importlib
@@ -45,8 +48,9 @@ for name in ("matplotlib",):
         missing.append(name)
 print(" ".join(missing))
 raise SystemExit(1 if missing else 0)' 2>&1); then
-  fail "$py has no module named '${missing}': install it (pip install ${missing}, or the" \
-    "distribution's python3-${missing}) or point SPECGRAPH_BENCH_PYTHON at a Python that has it"
+  fail "$py has no module named '${missing}': install it (pip install ${missing}, into that" \
+    "Python: $py -m pip install ${missing}; or the distribution's python3-${missing}) or point" \
+    "SPECGRAPH_BENCH_PYTHON at a Python that has it"
 fi
 # 3. The benchmark programs.
 for b in "${benches[@]}"; do

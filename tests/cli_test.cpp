@@ -188,7 +188,7 @@ TEST(CliPlan, BadValuesNameTheFlag) {
     std::vector<std::string> args;
     const char* message;
   } cases[] = {
-      {{"--topk", "0"}, "--topk: 0 is below the minimum 1"},
+      {{"--topk", "0"}, "--topk: 0 is below the minimum 1 (the range is 1 to the limit 1024)"},
       {{"--steps", "five"}, "--steps: 'five' is not an integer"},
       {{"--max-batch", "16", "--buckets", "1,4"},
        "--buckets: the largest bucket 4 is below max_batch 16"},

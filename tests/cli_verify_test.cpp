@@ -167,8 +167,8 @@ TEST(CliVerify, PlanReportsTheVerifyBuffers) {
 // flag.
 TEST(CliVerify, PlanHoldsTheVerifySection) {
   const std::vector<std::string> args = {
-      "--max-batch",   "4",   "--topk",    "2",    "--steps",         "2", "--page-size", "16",
-      "--max-context", "256", "--formats", "both", "--verify-tokens", "8"};
+      "--max-batch",   "4",   "--topk",   "2",    "--steps",         "2", "--page-size", "16",
+      "--max-context", "256", "--format", "both", "--verify-tokens", "8"};
   std::ostringstream out, err;
   ASSERT_EQ(plan_command(args, out, err), 0) << err.str();
   EXPECT_NE(out.str().find("verify.packed_mask          all   [1056]            uint8"),

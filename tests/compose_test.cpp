@@ -398,7 +398,8 @@ TEST(Errors, InvalidArgumentNamesFieldAndTheCheckingLocation) {
     FAIL() << "topk 0 must be rejected";
   } catch (const invalid_argument& e) {
     EXPECT_EQ(e.field(), "topk");
-    EXPECT_EQ(std::string(e.what()), "topk: 0 is below the minimum 1");
+    EXPECT_EQ(std::string(e.what()),
+              "topk: 0 is below the minimum 1 (the range is 1 to the limit 1024)");
     EXPECT_NE(e.location().find("graphs/plan.cpp:"), std::string::npos) << e.location();
   }
 }

@@ -144,7 +144,7 @@ TEST(PlanCsr, DeviceStepsHoldEveryStepAtOneStride) {
 TEST(PlanCsr, PlanCommandReportsCsrBesideEngineSizing) {
   std::ostringstream out, err;
   ASSERT_EQ(tools::plan_command({"--max-batch", "256", "--topk", "8", "--steps", "5",
-                                 "--max-context", "131072", "--formats", "csr", "--json"},
+                                 "--max-context", "131072", "--format", "csr", "--json"},
                                 out, err),
             0)
       << err.str();
@@ -155,8 +155,8 @@ TEST(PlanCsr, PlanCommandReportsCsrBesideEngineSizing) {
   EXPECT_EQ(tools::as_int(csr.at("today_kv_indices_bytes"), "t"), 5LL * 2048 * 131072 * 4);
   EXPECT_EQ(doc.members.at("formats").text, "csr");
   std::ostringstream bad_out, bad_err;
-  EXPECT_EQ(tools::plan_command({"--formats", "flashinfer"}, bad_out, bad_err), 2);
-  EXPECT_NE(bad_err.str().find("--formats: 'flashinfer' is not fa3, csr or both"),
+  EXPECT_EQ(tools::plan_command({"--format", "flashinfer"}, bad_out, bad_err), 2);
+  EXPECT_NE(bad_err.str().find("--format: 'flashinfer' is not one of fa3, csr, both"),
             std::string::npos)
       << bad_err.str();
 }

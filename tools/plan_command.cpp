@@ -13,6 +13,7 @@
 #include "specgraph/plan.hpp"
 #include "specgraph/verify_metadata.hpp"
 #include "tools/cli_text.hpp"
+#include "tools/format_flag.hpp"
 
 namespace specgraph::tools {
 namespace {
@@ -24,7 +25,8 @@ constexpr const char* plan_usage =
     "                        SGLang: --steps S-1 --slot-stride S)\n"
     "  --pool-rows N (default max-batch + 1)  --kv-slots N (default 2^24)\n"
     "  --buckets 1,2,4,...   (default: the common list up to --max-batch)\n"
-    "  --formats fa3|csr|both  the draft-decode metadata held (default fa3; docs/csr.md)\n"
+    "  --format fa3|csr|both   the draft-decode metadata held (default fa3; docs/csr.md;\n"
+    "                        --formats is the same flag)\n"
     "  --csr-int64           CSR kv_indices as int64 (Triton) instead of int32 (FlashInfer)\n"
     "  --verify-tokens D     the plan's verify section for D-token trees, and the verify line\n"
     "                        against the engines' mask (docs/verify.md)\n"
@@ -116,16 +118,9 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
                                            " is outside [1, " + std::to_string(max_draft_tokens) +
                                            "]");
         }
-      } else if (flag == "--formats") {
-        if (value == "fa3") {
-          c.formats = metadata_formats::fa3;
-        } else if (value == "csr") {
-          c.formats = metadata_formats::csr;
-        } else if (value == "both") {
-          c.formats = metadata_formats::both;
-        } else {
-          throw invalid_argument(flag, flag + ": " + echo(value) + " is not fa3, csr or both");
-        }
+      } else if (is_format_flag(flag)) {
+        std::string error;
+        if (!parse_format(flag, value, c.formats, error)) throw invalid_argument(flag, error);
       } else if (flag == "--buckets") {
         std::stringstream list(value);
         std::string item;

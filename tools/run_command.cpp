@@ -20,6 +20,7 @@
 #include "specgraph/plan.hpp"
 #include "specgraph/verify_metadata.hpp"
 #include "tools/cli_text.hpp"
+#include "tools/format_flag.hpp"
 #include "tools/json.hpp"
 #include "tools/run_report.hpp"
 #include "tools/sim/sim_engine.hpp"
@@ -51,7 +52,8 @@ constexpr const char* run_usage =
     "  --device-steps   one graph per bucket, the step read from a device counter\n"
     "  --format fa3|csr|both  the attention path: FA3's page tables (default), the CSR\n"
     "                   kv_indptr / kv_indices FlashInfer and Triton read, or both (their\n"
-    "                   outputs are then also compared with each other on every round)\n"
+    "                   outputs are then also compared with each other on every round;\n"
+    "                   --formats is the same flag, as in specgraph plan)\n"
     "  --verify-tokens D  the verify step's tree size, root included, in [1, 1 + topk x\n"
     "                   steps] (default min(8, 1 + topk x steps); a round uses\n"
     "                   min(D, 1 + topk x depth)); 0 or --no-verify-round: draft steps only\n"
@@ -233,16 +235,9 @@ parsed parse(const std::vector<std::string>& args) {
       } else {
         throw flag_error("--verify: " + echo(value) + " is not one of all, sample, none");
       }
-    } else if (flag == "--format") {
-      if (value == "fa3") {
-        o.format = metadata_formats::fa3;
-      } else if (value == "csr") {
-        o.format = metadata_formats::csr;
-      } else if (value == "both") {
-        o.format = metadata_formats::both;
-      } else {
-        throw flag_error("--format: " + echo(value) + " is not one of fa3, csr, both");
-      }
+    } else if (is_format_flag(flag)) {
+      std::string error;
+      if (!parse_format(flag, value, o.format, error)) throw flag_error(error);
     } else if (flag == "--verify-every") {
       o.verify_every = num(1, 1 << 24);
     } else if (flag == "--json") {

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "tools/build_info.hpp"  // generated at build time: SPECGRAPH_BUILD_COMMIT
@@ -40,6 +41,11 @@ double tokens_per_second(const sim::step_stats& st) {
   return total > 0 ? static_cast<double>(st.draft_tokens) / total : 0.0;
 }
 
+// "1 round", "2 rounds": a count and its noun, in the singular for one.
+std::string count_of(std::int64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string depth_text(const sim::sim_options& o) {
   if (o.depth < 0) return "random 1.." + std::to_string(o.num_steps);
   if (o.depth == 0) return "all " + std::to_string(o.num_steps);
@@ -62,7 +68,7 @@ std::string run_header(const sim::sim_options& o, const std::string& executor) {
     << (o.slot_stride > o.num_steps ? ", slot stride " + std::to_string(o.slot_stride) : "")
     << ", depth " << depth_text(o) << ", page size " << o.page_size << ", " << o.heads
     << " heads x " << o.head_dim << ", context <= " << o.max_context << ", format "
-    << to_string(o.format) << ", " << o.rounds << " rounds, seed " << o.seed << ", "
+    << to_string(o.format) << ", " << count_of(o.rounds, "round") << ", seed " << o.seed << ", "
     << (o.device_steps ? "device step counter (--device-steps)" : "per-step graphs") << ", "
     << (o.checked ? "checked (--checked)" : "unchecked") << ", "
     << (o.verify_tokens > 0 ? "verify step D " + std::to_string(o.verify_tokens)
@@ -114,27 +120,31 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
   }
   std::set<std::int32_t> buckets;
   for (const auto& round : r.rounds) buckets.insert(round.bucket);
-  out << std::setprecision(2) << "\nrounds: " << r.rounds.size() << " (" << replays << " replays, "
-      << buckets.size() << " distinct buckets) in " << r.run_seconds
-      << " s; per-step times include a synchronisation after each replay\n";
+  out << std::setprecision(2) << "\nrounds: " << r.rounds.size() << " ("
+      << count_of(replays, "replay") << ", "
+      << count_of(static_cast<std::int64_t>(buckets.size()), "distinct bucket") << ") in "
+      << r.run_seconds << " s; per-step times include a synchronisation after each replay\n";
   if (v.steps > 0) {
     const char* path = o.format == metadata_formats::fa3   ? "the fa3 cascade"
                        : o.format == metadata_formats::csr ? "the masked prefill (csr)"
                                                            : "the fa3 cascade and the masked "
                                                              "prefill (csr)";
-    out << std::setprecision(2) << "verify: " << v.requests << " request trees of D = min("
-        << o.verify_tokens << ", 1 + topk x depth) tokens, " << v.tree_tokens
+    out << std::setprecision(2) << "verify: " << count_of(v.requests, "request tree")
+        << " of D = min(" << o.verify_tokens << ", 1 + topk x depth) tokens, " << v.tree_tokens
         << " tree tokens, tree attention over prefix + tree through " << path << "; "
         << static_cast<double>(v.accepted) / requests
         << " draft tokens accepted per request (accept len "
-        << 1.0 + static_cast<double>(v.accepted) / requests << "), " << v.finished
-        << " requests reached --max-context and were replaced\n";
+        << 1.0 + static_cast<double>(v.accepted) / requests << "), "
+        << count_of(v.finished, "request")
+        << (v.finished == 1 ? " reached --max-context and was replaced\n"
+                            : " reached --max-context and were replaced\n");
   }
   if (o.verify == sim::sim_options::verify_mode::none) {
     out << "verification: off (--verify none)\n";
   } else {
-    out << std::scientific << std::setprecision(2) << "verification: " << r.verified_rounds
-        << " rounds, " << r.verified_outputs << " attention outputs";
+    out << std::scientific << std::setprecision(2)
+        << "verification: " << count_of(r.verified_rounds, "round") << ", " << r.verified_outputs
+        << " attention outputs";
     if (o.format == metadata_formats::both) {
       out << " per path against a float64 dense reference, max relative error fa3 "
           << r.max_relative_error_fa3 << ", csr " << r.max_relative_error_csr;
@@ -143,12 +153,12 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
     }
     out << " (tolerance " << o.tolerance << "): PASSED\n";
     if (o.format == metadata_formats::both) {
-      out << "fa3 vs csr: " << r.agreement_rounds << " rounds, " << r.agreement_outputs
+      out << "fa3 vs csr: " << count_of(r.agreement_rounds, "round") << ", " << r.agreement_outputs
           << " attention outputs, max abs difference " << r.max_abs_difference << " (relative "
           << r.max_relative_difference << ", tolerance " << o.tolerance << "): AGREE\n";
     }
     if (v.steps > 0) {
-      out << "verify step: " << v.verified_rounds << " rounds, " << v.verified_outputs
+      out << "verify step: " << count_of(v.verified_rounds, "round") << ", " << v.verified_outputs
           << " tree-token outputs";
       if (o.format == metadata_formats::both) {
         out << " per path against a float64 dense reference over the tree mask, max relative "
@@ -160,7 +170,7 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
       }
       out << " (tolerance " << o.tolerance << "): PASSED\n";
       if (o.format == metadata_formats::both) {
-        out << "verify step fa3 vs csr: " << v.agreement_rounds << " rounds, "
+        out << "verify step fa3 vs csr: " << count_of(v.agreement_rounds, "round") << ", "
             << v.agreement_outputs << " tree-token outputs, max abs difference "
             << v.max_abs_difference << " (relative " << v.max_relative_difference << ", tolerance "
             << o.tolerance << "): AGREE\n";

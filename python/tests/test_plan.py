@@ -20,9 +20,10 @@ CONFIGS = [
      dict(max_batch=48, topk=1, num_steps=7, page_size=1, max_context_len=300,
           buckets=(1, 5, 17, 48), pool_rows=9, kv_slots=1000)),
     # CSR (docs/csr.md): the exact per-step kv_indices beside the FA3 tables, or alone.
-    (["--formats", "both", "--max-batch", "8", "--topk", "8", "--steps", "5", "--max-context",
+    (["--format", "both", "--max-batch", "8", "--topk", "8", "--steps", "5", "--max-context",
       "4096"], dict(max_batch=8, topk=8, num_steps=5, page_size=16, max_context_len=4096,
                     formats="both")),
+    # --formats: the alias of --format (issue 28).
     (["--formats", "csr", "--csr-int64", "--max-batch", "5", "--topk", "3", "--steps", "3",
       "--page-size", "4", "--max-context", "40", "--buckets", "2,5"],
      dict(max_batch=5, topk=3, num_steps=3, page_size=4, max_context_len=40, buckets=(2, 5),

@@ -256,7 +256,7 @@ step_build() {
   cmake -S . -B "$SG_BUILD" -G Ninja --no-warn-unused-cli -DCMAKE_BUILD_TYPE=Release \
     -DSPECGRAPH_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_FLAGS=-lineinfo \
     -DSPECGRAPH_WERROR=OFF -DBENCHMARK_ENABLE_WERROR=OFF -DSPECGRAPH_TEST_TIMEOUT=$PER_TEST_TIMEOUT \
-    -DSPECGRAPH_BUILD_PYTHON=$python "${deps_args[@]}" ||
+    -DSPECGRAPH_REQUIRE_TEST_DEPS=ON -DSPECGRAPH_BUILD_PYTHON=$python "${deps_args[@]}" ||
     { note "configure failed"; return 1; }
   local rc=0
   cmake --build "$SG_BUILD" -j "$SG_JOBS" -- -k 0 || rc=1
