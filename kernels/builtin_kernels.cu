@@ -6,6 +6,7 @@
 #include "kernels/guard_ops.hpp"
 #include "kernels/prefix_metadata.hpp"
 #include "kernels/round_control.hpp"
+#include "kernels/round_order.hpp"
 #include "kernels/sparse_indices.hpp"
 #include "kernels/stage_inputs.hpp"
 #include "kernels/verify_fill.hpp"
@@ -42,6 +43,10 @@ cuda_rows_fn cuda_begin_round() {
 }
 cuda_rows_fn cuda_continue_condition() {
   return &cuda_rows<continue_condition_kernel>;
+}
+
+cuda_rows_fn cuda_round_order() {
+  return &cuda_rows<round_order_kernel>;
 }
 cuda_rows_fn cuda_kv_check() {
   return &cuda_rows<kv_check_kernel>;
@@ -89,6 +94,7 @@ int load_cuda_kernels() {
                          cuda_rows_load<advance_step_kernel>(),
                          cuda_rows_load<begin_round_kernel>(),
                          cuda_rows_load<continue_condition_kernel>(),
+                         cuda_rows_load<round_order_kernel>(),
                          cuda_rows_load<kv_check_kernel>(),
                          cuda_rows_load<kv_scan_kernel>(),
                          cuda_rows_load<kv_fill_kernel>(),

@@ -15,6 +15,7 @@ cuda_rows_fn cuda_reset_guards();
 cuda_rows_fn cuda_advance_step();
 cuda_rows_fn cuda_begin_round();
 cuda_rows_fn cuda_continue_condition();
+cuda_rows_fn cuda_round_order();
 cuda_rows_fn cuda_kv_check();
 cuda_rows_fn cuda_kv_scan();
 cuda_rows_fn cuda_kv_fill();

@@ -33,6 +33,10 @@ cuda_rows_fn cuda_begin_round() {
 cuda_rows_fn cuda_continue_condition() {
   return nullptr;
 }
+
+cuda_rows_fn cuda_round_order() {
+  return nullptr;
+}
 cuda_rows_fn cuda_kv_check() {
   return nullptr;
 }

@@ -336,7 +336,9 @@ _KINDS, _KERNELS = KINDS, KERNELS
 def _guard_word(bufs: Buffers, index: int, w: Any) -> GuardWord:
     n = bufs.plan.config.num_steps
     csr = bufs.plan.layout["guard_csr_base"] if bufs.plan.config.has_csr else -1
-    if index == 0:
+    if index == bufs.plan.layout["guard_order"]:  # the last word (C++ guard_site_of)
+        buffer, step = "round.order", None
+    elif index == 0:
         buffer, step = "input (staging)", None
     elif index == 1:
         buffer, step = "prefix.page_table", None
