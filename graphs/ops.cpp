@@ -153,7 +153,8 @@ void detail::setup_round_from(executor& ex, const draft_buffers& b, std::int32_t
   // reset is a kernel that runs only at step 0.
   const std::int32_t first = in.staged ? plan_layout::guard_prefix : plan_layout::guard_stage;
   // ... and but the round.order word (the last), which only a round's start resets.
-  const std::int32_t words = pl.layout.guard_order - first;
+  // Read in place, nothing else starts a round (begin_round is optional): every word.
+  const std::int32_t words = (in.staged ? pl.layout.guard_order : pl.layout.guard_count) - first;
   if (c.device_steps) {
     kernels::reset_guards_kernel::params r{b.guards() + first, b.device_step()};
     ex.launch(

@@ -38,7 +38,8 @@ void check_round_order(executor& ex, const draft_buffers& b, kernel_id op, std::
                        std::int32_t bucket, round_progress need, round_progress set) {
   if (ex.host_visible()) {
     const auto found = static_cast<round_progress>(*b.progress());
-    if (static_cast<std::int32_t>(found) < static_cast<std::int32_t>(need)) {
+    if (need != round_progress::none &&
+        static_cast<std::int32_t>(found) < static_cast<std::int32_t>(need)) {
       const bool setup = op == kernel_id::round_setup;
       const std::string what =
           setup ? "bucket " + std::to_string(bucket)

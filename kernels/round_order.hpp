@@ -27,7 +27,7 @@ struct round_order_kernel {
     const std::int32_t found = *p.progress;
     if (p.starts_round != 0) {  // a round starts whatever came before: nothing to check
       *p.guard = guard_word{};
-    } else if (found < p.need) {
+    } else if (p.need != 0 && found < p.need) {  // need none: whatever the word holds
       guard_record(p.guard, violation_kind::order, static_cast<kernel_id>(p.op), 0, p.step, p.need,
                    found);
     }
