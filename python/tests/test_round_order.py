@@ -83,7 +83,7 @@ def test_a_3d_out_cache_loc_must_be_bs_topk_slot_stride():
     rng = random.Random(2855)
     r = ref.random_round(cfg, rng, bs=3)
     r.slots = [rng.randrange(0, cfg.kv_slots) for _ in range(3 * cfg.topk * 4)]
-    for bad in ((3, 4, 2), (2, 2, 4), (3, 1, 8), (3, 2, 2)):  # [bs, S, topk] first
+    for bad in ((3, 4, 2), (2, 2, 4), (3, 1, 8), (6, 1, 4), (3, 2, 2)):  # [bs, S, topk] first
         n = bad[0] * bad[1] * bad[2]
         slots = np.array(r.slots[:n], np.int64).reshape(bad)
         before = arena.copy()
