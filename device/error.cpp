@@ -65,6 +65,9 @@ const char* to_string(kernel_id k) noexcept {
     case kernel_id::verify_prefix_page_table: return "verify_prefix_page_table";
     case kernel_id::verify_kv_indices: return "verify_kv_indices";
     case kernel_id::verify_packed_mask: return "verify_packed_mask";
+    case kernel_id::round_setup: return "setup_round";
+    case kernel_id::step_metadata: return "step_metadata";
+    case kernel_id::csr_indices: return "csr_step_indices";
   }
   return "unknown";
 }
@@ -75,14 +78,51 @@ const char* to_string(violation_kind k) noexcept {
     case violation_kind::capacity: return "capacity";
     case violation_kind::layout: return "layout";
     case violation_kind::bad_input: return "bad input";
+    case violation_kind::order: return "order";
   }
   return "unknown";
 }
+
+const char* to_string(round_progress p) noexcept {
+  switch (p) {
+    case round_progress::none: return "nothing staged";
+    case round_progress::staged: return "staged, not set up";
+    case round_progress::set_up: return "set up";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// An order violation (docs/metadata.md section 11): the op, what it needs, what it found, the fix.
+std::string describe_order(const guard_word& g) {
+  std::ostringstream s;
+  const auto op = static_cast<kernel_id>(g.kernel);
+  s << "order violation: " << to_string(op);
+  if (op != kernel_id::round_setup) {
+    if (g.column >= 0) {
+      s << " (step " << g.column << ")";
+    } else {
+      s << " (at the device step)";
+    }
+  }
+  const auto need = static_cast<round_progress>(g.capacity);
+  s << " ran with the round " << to_string(static_cast<round_progress>(g.value)) << ", expected "
+    << (need == round_progress::staged ? "a staged round" : "the round set up") << "; "
+    << (need == round_progress::staged
+            ? "stage the round first (stage_round / stage_; begin_round for inputs read in place)"
+            : "call setup_round (round_setup_) for this round first, as step 0's graph does")
+    << " (" << g.violations << " in total)";
+  return s.str();
+}
+
+}  // namespace
 
 std::string describe(const guard_word& g) {
   if (g.violations == 0) return "no violation";
   std::ostringstream s;
   const auto kind = static_cast<violation_kind>(g.kind);
+  if (kind == violation_kind::order) return describe_order(g);
   s << to_string(kind) << " violation in " << to_string(static_cast<kernel_id>(g.kernel))
     << ": row " << g.row << ", column " << g.column;
   switch (kind) {

@@ -267,6 +267,7 @@ class host_executor final : public executor {
     (while_body_ ? *while_body_ : recorded_).push_back(std::move(n));
   }
   bool capturing() const noexcept override { return capturing_; }
+  bool host_visible() const noexcept override { return !options_.deferred && !capturing_; }
 
   std::unique_ptr<graph_exec> instantiate(const graph& g) override {
     forbid_during_capture("instantiate");

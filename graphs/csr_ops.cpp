@@ -60,6 +60,15 @@ kv_indices_params csr_params(const draft_buffers& b, std::int32_t bucket, std::i
   return k;
 }
 
+// The launch, after every host check: first the round's order (the CSR ops need the round set
+// up: setup_round resets their guard words and, with staged inputs, follows the staging).
+void launch_checked(executor& ex, const draft_buffers& b, const kv_indices_params& k) {
+  const std::int32_t step = k.device_step != nullptr || k.step_count != 1 ? -1 : k.first_step;
+  detail::check_round_order(ex, b, kernel_id::csr_indices, step, k.batch, round_progress::set_up,
+                            round_progress::none);
+  launch_draft_kv_indices(ex, k);
+}
+
 // One step into the plan's arena: kv_indptr row `first_step` (max_rows + 1 wide) and that
 // step's own kv_indices buffer (the plan's steps are separate, aligned buffers).
 void launch_into_arena(executor& ex, const draft_buffers& b, kv_indices_params k) {
@@ -72,7 +81,7 @@ void launch_into_arena(executor& ex, const draft_buffers& b, kv_indices_params k
   } else {
     k.kv_indices_i32 = static_cast<std::int32_t*>(indices);
   }
-  launch_draft_kv_indices(ex, k);
+  launch_checked(ex, b, k);
 }
 
 }  // namespace
@@ -116,7 +125,7 @@ void step_into(executor& ex, const draft_buffers& b, std::int32_t bucket, std::i
   } else {
     k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices) + step * out.kv_indices_stride;
   }
-  launch_draft_kv_indices(ex, k);
+  launch_checked(ex, b, k);
 }
 
 void round_into_arena(executor& ex, const draft_buffers& b, std::int32_t bucket,
@@ -139,7 +148,7 @@ void round_into(executor& ex, const draft_buffers& b, std::int32_t bucket,
   } else {
     k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices);
   }
-  launch_draft_kv_indices(ex, k);
+  launch_checked(ex, b, k);
 }
 
 // The whole round's launch (steps 0 .. num_steps - 1) computing only the counter's step.
@@ -165,7 +174,7 @@ void device_into_arena(executor& ex, const draft_buffers& b, std::int32_t bucket
   } else {
     k.kv_indices_i32 = static_cast<std::int32_t*>(indices);
   }
-  launch_draft_kv_indices(ex, k);
+  launch_checked(ex, b, k);
 }
 
 void device_into(executor& ex, const draft_buffers& b, std::int32_t bucket,
@@ -180,7 +189,7 @@ void device_into(executor& ex, const draft_buffers& b, std::int32_t bucket,
   } else {
     k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices);
   }
-  launch_draft_kv_indices(ex, k);
+  launch_checked(ex, b, k);
 }
 
 }  // namespace

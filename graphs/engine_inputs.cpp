@@ -90,6 +90,7 @@ void begin_round(executor& ex, const draft_buffers& b, std::int32_t max_depth,
   k.round_max_depth = max_depth > 0 ? max_depth : c.num_steps;
   k.round_min_confidence = min_confidence;
   ex.launch(make_kernel_launch<kernels::begin_round_kernel>(k, 1, kernels::cuda_begin_round()));
+  detail::start_round(ex, b);  // a new round: begun (staged), the round.order word reset
 }
 
 void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,

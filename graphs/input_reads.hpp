@@ -9,6 +9,7 @@
 #include "specgraph/buffers.hpp"
 #include "specgraph/conditional.hpp"
 #include "specgraph/engine_inputs.hpp"
+#include "specgraph/guard.hpp"
 #include "specgraph/index_ref.hpp"
 #include "specgraph/ops.hpp"
 
@@ -33,6 +34,14 @@ inline const std::int32_t* padding_from(const round_reads& in) {
   return in.staged ? nullptr : in.real_batch;
 }
 
+// The round's order (round_order.cpp; docs/metadata.md section 11). start_round: a round
+// starts (staging, begin_round): the round.order word reset, the progress staged.
+// check_round_order: op (at step, -1 for none or the device step) needs at least `need`; on the
+// host executor refused eagerly (invalid_argument naming the op), else recorded on the device;
+// then the progress becomes `set` (none: unchanged). Call it after every host check of the op.
+void start_round(executor& ex, const draft_buffers& b);
+void check_round_order(executor& ex, const draft_buffers& b, kernel_id op, std::int32_t step,
+                       std::int32_t bucket, round_progress need, round_progress set);
 // The arena's staged inputs (int32, stride 1; out_cache_loc packed, slot_stride per row).
 round_reads staged_reads(const draft_buffers& b);
 // An engine's tensors, after check_engine_inputs.

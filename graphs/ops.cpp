@@ -67,7 +67,7 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   if (in.batch > 0) {  // an idle rank (batch 0) reads no input
     check_index_type("req_pool_index", in.req_pool_index);
     check_index_type("seq_len", in.seq_len);
-    detail::not_null("out_cache_loc", in.out_cache_loc);
+    check_index_type("out_cache_loc", in.out_cache_loc);
   }
   check_round_control(c, in.max_depth, in.min_confidence);
   const std::int32_t bucket = p.round_bucket(in.batch, in.bucket);
@@ -77,7 +77,8 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   k.pool_index_is_int64 = in.req_pool_index.type == index_type::int64 ? 1 : 0;
   k.seq_len_src = in.seq_len.data;
   k.seq_len_is_int64 = in.seq_len.type == index_type::int64 ? 1 : 0;
-  k.cache_loc_src = in.out_cache_loc;
+  k.cache_loc_src = in.out_cache_loc.data;
+  k.cache_loc_is_int64 = in.out_cache_loc.type == index_type::int64 ? 1 : 0;
   k.real_batch = b.real_batch();
   k.device_step = b.device_step();
   k.max_depth = b.max_depth();
@@ -96,6 +97,7 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   if (in.wait_for != nullptr) ex.wait_event(in.wait_for, event_scope::external);
   // The staging guard belongs to the staging: reset here (the round's setup resets the others).
   ex.fill_bytes(k.guard, 0, sizeof(guard_word));
+  detail::start_round(ex, b);  // a new round: staged, the round.order word reset
   ex.launch(
       make_kernel_launch<kernels::stage_inputs_kernel>(k, bucket, kernels::cuda_stage_inputs()));
   // The static inputs written (pool rows, lengths, slot rows, the five control words): the
@@ -142,11 +144,18 @@ void detail::setup_round_from(executor& ex, const draft_buffers& b, std::int32_t
   const draft_config& c = pl.config;
   check_bucket(pl, bucket);
   detail::not_null("req_to_token", tables.req_to_token);
+  const std::int64_t r2t_stride = req_to_token_stride(c, tables);  // checked before any work
+  // Staged inputs need a staged round; inputs read in place are the engine's (nothing stages).
+  detail::check_round_order(ex, b, kernel_id::round_setup, -1, bucket,
+                            in.staged ? round_progress::staged : round_progress::none,
+                            round_progress::set_up);
   // Every guard but the staging one, which the round's staging reset and may have set (inputs
   // read in place: nothing stages, and that word is reset too). With a device step counter the
   // reset is a kernel that runs only at step 0.
   const std::int32_t first = in.staged ? plan_layout::guard_prefix : plan_layout::guard_stage;
-  const std::int32_t words = pl.layout.guard_count - first;
+  // ... and but the round.order word (the last), which only a round's start resets.
+  // Read in place, nothing else starts a round (begin_round is optional): every word.
+  const std::int32_t words = (in.staged ? pl.layout.guard_order : pl.layout.guard_count) - first;
   if (c.device_steps) {
     kernels::reset_guards_kernel::params r{b.guards() + first, b.device_step()};
     ex.launch(
@@ -157,7 +166,7 @@ void detail::setup_round_from(executor& ex, const draft_buffers& b, std::int32_t
   if (!pl.layout.has_fa3) return;  // csr-only: no FA3 prefix table to write
   prefix_params p;
   p.req_to_token = tables.req_to_token;
-  p.req_to_token_stride = req_to_token_stride(c, tables);
+  p.req_to_token_stride = r2t_stride;
   p.max_seq_len = c.max_context_len;
   p.pool_rows = c.pool_rows;
   p.req_pool_index = in.req_pool_index;
@@ -188,6 +197,8 @@ void detail::step_metadata_from(executor& ex, const draft_buffers& b, std::int32
   const draft_config& c = pl.config;
   check_bucket(pl, bucket);
   detail::in_range("step", step, 0, c.num_steps, "num_steps");
+  detail::check_round_order(ex, b, kernel_id::step_metadata, step, bucket, round_progress::set_up,
+                            round_progress::none);
   expand_params e;
   // Branch rows cache_loc_stride apart; step s reads only the first s + 1 slots of each.
   e.cache_loc = in.cache_loc;
@@ -220,6 +231,8 @@ void detail::step_metadata_device_from(executor& ex, const draft_buffers& b, std
   const draft_config& c = pl.config;
   SPECGRAPH_EXPECTS(c.device_steps, "device_steps", "false: the plan has a table per step");
   check_bucket(pl, bucket);
+  detail::check_round_order(ex, b, kernel_id::step_metadata, -1, bucket, round_progress::set_up,
+                            round_progress::none);
   expand_params e;
   e.cache_loc = in.cache_loc;
   e.cache_loc_stride = in.cache_loc_branch_stride;
@@ -338,6 +351,7 @@ guard_site guard_site_of(const plan& p, std::int32_t index) {
   const plan_layout& l = p.layout;
   if (index == plan_layout::guard_stage) return {"input (staging)", all_steps};
   if (index == plan_layout::guard_prefix) return {"prefix.page_table", all_steps};
+  if (index == l.guard_order) return {"round.order", all_steps};
   if (index >= plan_layout::guard_expand(0) && index < plan_layout::guard_expand(l.num_steps)) {
     return {"expand.page_table", index - plan_layout::guard_expand(0)};
   }

@@ -177,6 +177,7 @@ plan make_plan(const draft_config& config) {
   l.max_depth = a.add("round.max_depth", all_steps, {1}, dtype::int32, 4);
   l.min_confidence = a.add("round.min_confidence", all_steps, {1}, dtype::float32, 4);
   l.iterations = a.add("round.iterations", all_steps, {1}, dtype::int32, 4);
+  l.progress = a.add("round.progress", all_steps, {1}, dtype::int32, 4);
   l.req_pool_index = a.add("input.req_pool_index", all_steps, {max_bucket}, dtype::int32, 4);
   l.seq_len = a.add("input.seq_len", all_steps, {max_bucket}, dtype::int32, 4);
   l.small_inputs_bytes = a.end() - l.real_batch;
@@ -289,6 +290,7 @@ plan make_plan(const draft_config& config) {
     detail::add_verify_section(a, p, l.guard_count);
     l.guard_count += verify_guard_count;
   }
+  l.guard_order = l.guard_count++;  // the last word: setup_round resets every word before it
   l.guards = a.add("guards", all_steps, {l.guard_count}, dtype::guard);
   p.total_bytes = align_up(a.end(), arena_alignment);
 

@@ -142,9 +142,24 @@ void draft_runtime::set_staged(std::int32_t batch, std::int32_t bucket) {
 
 namespace {
 
-std::int64_t load(const index_array& a, std::int32_t i) {
+std::int64_t load(const index_array& a, std::size_t i) {
   return a.type == index_type::int64 ? static_cast<const std::int64_t*>(a.data)[i]
                                      : static_cast<const std::int32_t*>(a.data)[i];
+}
+
+// Bit 63 is set when one of the first `read` slots of a row is outside [0, last] (stage()).
+template <class T>
+std::uint64_t slot_range_bits(const T* base, std::size_t rows, std::size_t stride, std::size_t read,
+                              std::uint64_t last) {
+  std::uint64_t bits = 0;
+  for (std::size_t row = 0; row < rows; ++row) {
+    const T* slots = base + row * stride;
+    for (std::size_t j = 0; j < read; ++j) {
+      const auto slot = static_cast<std::uint64_t>(static_cast<std::int64_t>(slots[j]));
+      bits |= slot | (last - slot);
+    }
+  }
+  return bits;
 }
 
 }  // namespace
@@ -166,9 +181,9 @@ void draft_runtime::begin_round(std::int32_t bucket, std::int32_t max_depth, flo
   SPECGRAPH_EXPECTS(plan_->has_bucket(bucket), "bucket",
                     std::to_string(bucket) + " is not one of the planned buckets");
   check_round_control(plan_->config, max_depth, min_confidence);
-  if (plan_->config.device_steps) {
-    guarding_cuda([&] { specgraph::begin_round(*ex_, buffers_, max_depth, min_confidence); });
-  }
+  // Every mode: the round's control words, and its start for the order check (docs/metadata.md
+  // section 11).
+  guarding_cuda([&] { specgraph::begin_round(*ex_, buffers_, max_depth, min_confidence); });
   set_staged(bucket, bucket);  // the real batch is the engine's (its real_batch word, if any)
 }
 
@@ -191,7 +206,12 @@ void draft_runtime::stage(const round_inputs& in) {
   if (in.batch > 0) {  // an idle rank (batch 0) reads no input
     detail::not_null("req_pool_index", in.req_pool_index.data);
     detail::not_null("seq_len", in.seq_len.data);
-    detail::not_null("out_cache_loc", in.out_cache_loc);
+    detail::not_null("out_cache_loc", in.out_cache_loc.data);
+    SPECGRAPH_EXPECTS(
+        in.out_cache_loc.type == index_type::int32 || in.out_cache_loc.type == index_type::int64,
+        "out_cache_loc",
+        "index type " + std::to_string(static_cast<int>(in.out_cache_loc.type)) +
+            " is not int32 or int64");
   }
   check_round_control(c, in.max_depth, in.min_confidence);
   const std::int32_t bucket = plan_->round_bucket(in.batch, in.bucket);
@@ -200,11 +220,11 @@ void draft_runtime::stage(const round_inputs& in) {
   // round leaves the static inputs untouched. Checks in int64, so no value is narrowed first.
   for (std::int32_t i = 0; i < in.batch; ++i) {
     // The field name is built only on failure: this loop runs for every request of every round.
-    const std::int64_t pool_row = load(in.req_pool_index, i);
+    const std::int64_t pool_row = load(in.req_pool_index, static_cast<std::size_t>(i));
     if (pool_row < 0 || pool_row >= c.pool_rows) {
       detail::in_range(indexed("req_pool_index", i), pool_row, 0, c.pool_rows, "pool_rows");
     }
-    const std::int64_t len = load(in.seq_len, i);
+    const std::int64_t len = load(in.seq_len, static_cast<std::size_t>(i));
     SPECGRAPH_EXPECTS(len >= 1 && len <= c.max_context_len, indexed("seq_len", i),
                       std::to_string(len) + " is outside [1, max_context_len " +
                           std::to_string(c.max_context_len) + "]");
@@ -221,18 +241,16 @@ void draft_runtime::stage(const round_inputs& in) {
   // first num_steps slots of each row are checked: the slot_stride - num_steps after them are
   // never read, so whatever the engine keeps there is not an error.
   const auto last = static_cast<std::uint64_t>(c.kv_slots - 1);
-  std::uint64_t bits = 0;
-  for (std::size_t row = 0; row < real_rows; ++row) {
-    const std::int64_t* slots = in.out_cache_loc + row * stride;
-    for (std::size_t j = 0; j < read; ++j) {
-      const auto slot = static_cast<std::uint64_t>(slots[j]);
-      bits |= slot | (last - slot);
-    }
-  }
+  const std::uint64_t bits =
+      in.out_cache_loc.type == index_type::int64
+          ? slot_range_bits(static_cast<const std::int64_t*>(in.out_cache_loc.data), real_rows,
+                            stride, read, last)
+          : slot_range_bits(static_cast<const std::int32_t*>(in.out_cache_loc.data), real_rows,
+                            stride, read, last);
   const bool any_bad = (bits >> 63) != 0;
   for (std::size_t row = 0; any_bad && row < real_rows; ++row) {
     for (std::size_t j = 0; j < read; ++j) {
-      const std::int64_t slot = in.out_cache_loc[row * stride + j];
+      const std::int64_t slot = load(in.out_cache_loc, row * stride + j);
       if (slot >= 0 && slot < c.kv_slots) continue;
       SPECGRAPH_EXPECTS(
           false,
@@ -252,6 +270,8 @@ void draft_runtime::stage(const round_inputs& in) {
     fill_staging_slot(s, in, bucket);
     // Host staging validated everything: its guard word is clean.
     ex_->fill_bytes(buffers_.guards() + plan_layout::guard_stage, 0, sizeof(guard_word));
+    // A new round (the slot sets the progress word to staged): the round.order word reset.
+    ex_->fill_bytes(buffers_.guards() + plan_->layout.guard_order, 0, sizeof(guard_word));
     const auto* base = s.memory.as<unsigned char>();
     ex_->copy_from_pinned(buffers_.real_batch(), base, plan_->layout.small_inputs_bytes);
     ex_->copy_from_pinned(buffers_.out_cache_loc(), base + s.cache_loc_offset,
@@ -281,9 +301,12 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
   *reinterpret_cast<float*>(base + (l.min_confidence - l.real_batch)) =  // NOLINT
       in.min_confidence;
   *reinterpret_cast<std::int32_t*>(base + (l.iterations - l.real_batch)) = 0;  // NOLINT
+  *reinterpret_cast<std::int32_t*>(base + (l.progress - l.real_batch)) =       // NOLINT
+      static_cast<std::int32_t>(round_progress::staged);
   for (std::int32_t i = 0; i < in.batch; ++i) {
-    pool[i] = static_cast<std::int32_t>(load(in.req_pool_index, i));  // checked: fits
-    seq[i] = static_cast<std::int32_t>(load(in.seq_len, i));
+    const auto at = static_cast<std::size_t>(i);
+    pool[i] = static_cast<std::int32_t>(load(in.req_pool_index, at));  // checked: fits
+    seq[i] = static_cast<std::int32_t>(load(in.seq_len, at));
   }
   // Padded rows: one token on the reserved dummy slot/page 0. Always reset: stale values in
   // padded rows were behind real crashes.
@@ -294,7 +317,11 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
   const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.slot_stride;
   const std::size_t real_slots = static_cast<std::size_t>(in.batch) * per_request;
   // Whole rows, the unread slots past num_steps included (never null when batch > 0).
-  if (real_slots > 0) std::memcpy(slots, in.out_cache_loc, real_slots * sizeof(std::int64_t));
+  if (real_slots > 0 && in.out_cache_loc.type == index_type::int64) {
+    std::memcpy(slots, in.out_cache_loc.data, real_slots * sizeof(std::int64_t));
+  } else {
+    for (std::size_t i = 0; i < real_slots; ++i) slots[i] = load(in.out_cache_loc, i);
+  }
   std::fill(slots + real_slots, slots + static_cast<std::size_t>(bucket) * per_request, 0);
 }
 

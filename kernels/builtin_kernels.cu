@@ -7,6 +7,7 @@
 #include "kernels/guard_ops.hpp"
 #include "kernels/prefix_metadata.hpp"
 #include "kernels/round_control.hpp"
+#include "kernels/round_order.hpp"
 #include "kernels/sparse_indices.hpp"
 #include "kernels/stage_inputs.hpp"
 #include "kernels/verify_fill.hpp"

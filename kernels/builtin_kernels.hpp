@@ -19,6 +19,7 @@
   X(advance_step)                    \
   X(begin_round)                     \
   X(continue_condition)              \
+  X(round_order)                     \
   X(kv_check)                        \
   X(kv_scan)                         \
   X(kv_fill)                         \

@@ -18,9 +18,10 @@ namespace specgraph::kernels {
 
 struct stage_inputs_kernel {
   struct params {
-    const void* req_pool_index_src;     // [batch], int32 or int64 (pool_index_is_int64)
-    const void* seq_len_src;            // [batch], int32 or int64 (seq_len_is_int64)
-    const std::int64_t* cache_loc_src;  // [batch][slots_per_request]
+    const void* req_pool_index_src;  // [batch], int32 or int64 (pool_index_is_int64)
+    const void* seq_len_src;         // [batch], int32 or int64 (seq_len_is_int64)
+    const void* cache_loc_src;  // [batch][slots_per_request], int32 or int64 (cache_loc_is_int64)
+    std::int32_t cache_loc_is_int64;
     std::int32_t pool_index_is_int64;
     std::int32_t seq_len_is_int64;
     std::int32_t* real_batch;   // [1]
@@ -93,8 +94,10 @@ struct stage_inputs_kernel {
     }
     p.req_pool_index[r] = static_cast<std::int32_t>(pool_row);
     p.seq_len[r] = static_cast<std::int32_t>(seq_len);
-    const std::int64_t* src = p.cache_loc_src + r * p.slots_per_request;
-    for (std::int64_t j = 0; j < p.slots_per_request; ++j) slots[j] = src[j];
+    const std::int64_t first = r * p.slots_per_request;
+    for (std::int64_t j = 0; j < p.slots_per_request; ++j) {
+      slots[j] = load(p.cache_loc_src, p.cache_loc_is_int64, first + j);
+    }
   }
 };
 

@@ -92,7 +92,9 @@ TEST(PlanCsr, CapacitiesAndBuffersFollowTheFormats) {
               csr ? static_cast<std::size_t>(c.num_steps * rows * c.max_context_len *
                                              (c.csr_int64 ? 8 : 4))
                   : 0u);
-    ASSERT_EQ(p.layout.guard_count, 2 + c.num_steps + (csr ? c.num_steps : 0));
+    // ... and the last word, round.order (docs/metadata.md section 11).
+    ASSERT_EQ(p.layout.guard_count, 2 + c.num_steps + (csr ? c.num_steps : 0) + 1);
+    ASSERT_EQ(p.layout.guard_order, p.layout.guard_count - 1);
     ASSERT_EQ(p.layout.guard_csr(0), 2 + c.num_steps);
   }
 }

@@ -68,8 +68,11 @@ TEST(Plan, StepTablesAreExactlyDPlusOneWideAndPrefixExistsOnce) {
                             [](const buffer_spec& b) { return b.name == "prefix.page_table"; }),
               1);
     EXPECT_EQ(p.find("input.out_cache_loc").shape, (std::vector<std::int64_t>{32, 4, steps}));
-    EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{2 + steps}));
-    EXPECT_EQ(p.find("guards").bytes, static_cast<std::size_t>(2 + steps) * sizeof(guard_word));
+    // Staging, prefix, a word per step, then round.order (docs/metadata.md section 11).
+    EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{2 + steps + 1}));
+    EXPECT_EQ(p.find("guards").bytes,
+              static_cast<std::size_t>(2 + steps + 1) * sizeof(guard_word));
+    EXPECT_EQ(p.layout.guard_order, 2 + steps);
   }
 }
 
@@ -91,13 +94,15 @@ TEST(Plan, BuffersAreAlignedDisjointAndInsideOneArena) {
   EXPECT_EQ(p.total_bytes % arena_alignment, 0u);
   // The small inputs and the round control words are packed so stage() copies them with one
   // transfer.
-  EXPECT_EQ(p.find("input.req_pool_index").offset, p.find("input.real_batch").offset + 20);
+  // real_batch, then step, max_depth, min_confidence, iterations, progress: 24 bytes.
+  EXPECT_EQ(p.find("input.req_pool_index").offset, p.find("input.real_batch").offset + 24);
+  EXPECT_EQ(p.find("round.progress").offset, p.find("input.real_batch").offset + 20);
   EXPECT_EQ(p.find("round.step").offset, p.find("input.real_batch").offset + 4);
   EXPECT_EQ(p.find("input.seq_len").offset, p.find("input.req_pool_index").offset + 64 * 4);
   // Sparse buffers sized per head: the largest head size clamped to the keys seen.
   EXPECT_EQ(p.find("sparse.intra.vertical").shape, (std::vector<std::int64_t>{4, 4}));
   EXPECT_EQ(p.find("sparse.inter.slash").shape, (std::vector<std::int64_t>{4, 4}));
-  EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{2 + 5 + 3}));
+  EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{2 + 5 + 3 + 1}));
 }
 
 TEST(Plan, VerticalCapacityClampsToTheKeysSeenSlashDoesNot) {

@@ -106,7 +106,7 @@ TEST(PlanVerify, EveryVerifyBufferHasTheFormulasSize) {
     without.verify_tokens = 0;
     const plan q = make_plan(without);
     ASSERT_EQ(p.layout.guard_count, q.layout.guard_count + verify_guard_count);
-    ASSERT_EQ(v.guard_base, q.layout.guard_count);
+    ASSERT_EQ(v.guard_base, q.layout.guard_order);  // before the last word, round.order
     ASSERT_EQ(guard_site_of(p, v.guard_base).buffer, "verify (input, prefix.page_table)");
     ASSERT_EQ(guard_site_of(p, v.guard_base + 1).buffer, "verify.kv_indices");
     ASSERT_EQ(guard_site_of(p, v.guard_base + 2).buffer, "verify.packed_mask");

@@ -170,6 +170,8 @@ class draft_buffers {
   std::int32_t* max_depth() const noexcept { return at<std::int32_t>(layout().max_depth); }
   float* min_confidence() const noexcept { return at<float>(layout().min_confidence); }
   std::int32_t* iterations() const noexcept { return at<std::int32_t>(layout().iterations); }
+  // The round's progress word (round_progress, guard.hpp; docs/metadata.md section 11).
+  std::int32_t* progress() const noexcept { return at<std::int32_t>(layout().progress); }
   float* confidence() const noexcept { return at<float>(layout().confidence); }
   std::int32_t* req_pool_index() const noexcept {
     return at<std::int32_t>(layout().req_pool_index);

@@ -79,9 +79,11 @@ void check_engine_inputs(const plan& p, const engine_inputs& in);
 
 // device_steps / device_depth with inputs read in place: resets the per-round control words
 // staging would reset (device step counter and WHILE iteration count to 0, the round's
-// max_depth (0: num_steps) and min_confidence) and writes nothing else (no input copy). One
-// kernel; call it at the start of every round, before the round's first replay (or as the
-// first node of the engine's own round graph). Throws invalid_argument naming max_depth (0 or
+// max_depth (0: num_steps) and min_confidence) and starts the round for the order check
+// (round.progress staged, the round.order word reset; docs/metadata.md section 11), and writes
+// nothing else (no input copy). Two one-thread kernels; call it at the start of every round, in
+// any mode, before the round's first replay (or as the first nodes of the engine's own round
+// graph). Throws invalid_argument naming max_depth (0 or
 // 1..num_steps) or min_confidence (NaN). Capture-safe (the values are baked into a capture);
 // stream: ex's; no sync.
 void begin_round(executor& ex, const draft_buffers& b, std::int32_t max_depth = 0,

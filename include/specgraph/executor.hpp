@@ -193,6 +193,11 @@ class executor {
   // Whether the stream is being captured: by this executor's begin_capture, or (cuda) by anyone
   // else capturing the same stream, e.g. the engine's torch.cuda.graph.
   virtual bool capturing() const noexcept = 0;
+  // Whether executor memory is this process's memory and eager work has run when the call that
+  // enqueued it returns (the host executor, not deferred, not capturing): a value in it can then
+  // be read without a synchronisation. The round's ops use it to refuse an out-of-order call
+  // eagerly (docs/metadata.md section 11); false elsewhere (they record a violation instead).
+  virtual bool host_visible() const noexcept { return false; }
   // A WHILE node (conditional.hpp), during capture only: begin_while() adds the node after
   // everything recorded so far and records what follows into its body, until end_while(); work
   // recorded after end_while() runs after the loop. The body repeats while its condition is

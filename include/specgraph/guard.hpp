@@ -25,6 +25,10 @@ enum class kernel_id : std::int32_t {
   verify_prefix_page_table = 8,  // FA3 prefix table columns past prefix_capacity
   verify_kv_indices = 9,         // FlashInfer kv_indices past kv_indices_capacity
   verify_packed_mask = 10,       // FlashInfer packed mask bytes past packed_mask_capacity
+  // The round's ops, as the order check (kind order, guard word round.order) names them.
+  round_setup = 11,    // setup_round
+  step_metadata = 12,  // step_metadata, step_metadata_at_device_step
+  csr_indices = 13,    // csr_step_indices, csr_round_indices, csr_indices_at_device_step
 };
 
 enum class violation_kind : std::int32_t {
@@ -32,6 +36,17 @@ enum class violation_kind : std::int32_t {
   capacity = 1,   // a store at column >= capacity was skipped
   layout = 2,     // the branch slot layout of docs/metadata.md section 1 does not hold
   bad_input = 3,  // an input value is out of range (negative slot, last_page_len >= page_size, ...)
+  // An op ran out of the round's order (docs/metadata.md section 11): column the step (-1: the
+  // device step, or none), capacity the progress it needs, value the progress it found.
+  order = 4,
+};
+
+// The round's progress, kept in the arena's round.progress word (docs/metadata.md section 11):
+// staging (or begin_round) starts a round, setup_round sets it up, the steps need it set up.
+enum class round_progress : std::int32_t {
+  none = 0,    // nothing staged since the arena was initialised
+  staged = 1,  // staged (or begun with begin_round), not set up
+  set_up = 2,  // setup_round ran for this round
 };
 
 // Trivially copyable; lives in device memory, one per kernel launch site. Zero means "clean".
@@ -50,6 +65,7 @@ struct guard_word {
 
 const char* to_string(kernel_id k) noexcept;
 const char* to_string(violation_kind k) noexcept;
+const char* to_string(round_progress p) noexcept;
 
 // One line describing the first violation, e.g.
 // "capacity violation in expand_page_table: row 1, column 2, capacity 2, value 2 (3 in total)".

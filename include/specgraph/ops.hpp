@@ -62,9 +62,9 @@ struct round_inputs {
   // Real requests, 0..max_batch; 0 (an idle rank under data-parallel attention): every row of
   // the bucket is a padding row and the three arrays below are not read (may be null).
   std::int32_t batch = 0;
-  index_array req_pool_index;                   // [batch], int32 or int64
-  index_array seq_len;                          // [batch], int32 or int64
-  const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][slot_stride]
+  index_array req_pool_index;  // [batch], int32 or int64
+  index_array seq_len;         // [batch], int32 or int64
+  index_array out_cache_loc;   // [batch][topk][slot_stride], int32 or int64
   // device_depth mode (docs/device-rounds.md): the round stops after max_depth steps (0: num_steps)
   // or as soon as no real row's confidence reaches min_confidence.
   std::int32_t max_depth = 0;
@@ -83,10 +83,10 @@ struct round_inputs {
 
 // The same round in executor memory (what an engine already holds on the GPU).
 struct device_round_inputs {
-  std::int32_t batch = 0;                       // real requests, 0..max_batch (as round_inputs)
-  index_array req_pool_index;                   // [batch], executor memory, int32 or int64
-  index_array seq_len;                          // [batch], executor memory, int32 or int64
-  const std::int64_t* out_cache_loc = nullptr;  // [batch][topk][slot_stride], executor memory
+  std::int32_t batch = 0;      // real requests, 0..max_batch (as round_inputs)
+  index_array req_pool_index;  // [batch], executor memory, int32 or int64
+  index_array seq_len;         // [batch], executor memory, int32 or int64
+  index_array out_cache_loc;   // [batch][topk][slot_stride], executor memory, int32 or int64
   // Ordering with the engine: when set, the staging waits for `wait_for` (recorded by the engine
   // after it wrote the inputs, on whatever stream it wrote them), and records `done` once the
   // inputs have been read: the engine may overwrite them after `done` completes (or after
@@ -110,8 +110,9 @@ void initialize_buffers(executor& ex, const draft_buffers& b);
 // Copies a round's inputs from executor memory into the static inputs of in.bucket (0: the
 // smallest bucket >= in.batch), writes the real batch and resets the padded requests (seq_len
 // 1, pool row 0, every slot 0; with batch 0 every request): one kernel, after waiting for
-// in.wait_for and before recording in.done. Returns the bucket. Host checks: batch in [0,
-// max_batch], the bucket (plan::round_bucket), non-null pointers when batch > 0. The contents
+// in.wait_for and before recording in.done; starts the round (round.progress staged, the
+// round.order word reset; docs/metadata.md section 11). Returns the bucket. Host checks: batch in
+// [0, max_batch], the bucket (plan::round_bucket), non-null pointers when batch > 0. The contents
 // live in device memory and are checked by the kernels: an int64 index that does not fit int32
 // stages that request as a padded one (pool row 0, seq_len 1, every slot 0) and records bad_input
 // in the staging guard word; out-of-range pool rows, lengths and slots are refused by the
@@ -120,14 +121,19 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
 
 // Resets the guard words (all but the staging one, which staging resets) and computes the
 // step-invariant prefix metadata of `bucket` (the round's step 0 work). Capture-safe; stream: ex's.
-// Throws invalid_argument for an unplanned bucket or a null req_to_token.
+// Throws invalid_argument for an unplanned bucket or a null req_to_token. The round's order
+// (docs/metadata.md section 11): needs a staged round; on the host executor (not deferred, not
+// capturing) one not staged is refused with invalid_argument "setup_round", nothing enqueued;
+// elsewhere it is recorded in the round.order guard word. Sets round.progress to set up.
 void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
                  const engine_tables& tables);
 
 // Step `step`'s expand metadata for `bucket`: reads only the first d = step + 1 slots of each
 // out_cache_loc row (rows slot_stride apart) into the d + 1 wide step table (slice-before-scatter);
 // in checked mode (config.checked) also checks the branch layout of real rows. Capture-safe;
-// stream: ex's.
+// stream: ex's. Needs the round set up (docs/metadata.md section 11): refused eagerly on the
+// host executor (invalid_argument "step_metadata"), recorded in round.order elsewhere; the
+// same for step_metadata_at_device_step and the CSR ops (csr_ops.hpp, "csr_step_indices").
 void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step);
 
 // Stages the engine's sparse selection (the sparse input buffers) for one chunk stage into that

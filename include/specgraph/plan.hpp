@@ -124,15 +124,18 @@ struct plan_layout {
   // Static inputs, written per round by staging, packed back to back (4-byte aligned) so host
   // staging copies them with one transfer: the real batch, the round's control words, then the
   // per-request indices.
-  std::size_t real_batch = 0;          // int32[1]
-  std::size_t device_step = 0;         // int32[1]: the step the kernels are at (device_steps mode),
-                                       // reset to 0 by staging; after a round, the depth it ran
-  std::size_t max_depth = 0;           // int32[1]: the round's depth limit (device_depth mode)
-  std::size_t min_confidence = 0;      // float32[1]: the round's continue threshold (device_depth)
-  std::size_t iterations = 0;          // int32[1]: WHILE bodies run this round, counted by the
-                                       // condition (device_depth), reset to 0 by staging
-  std::size_t req_pool_index = 0;      // int32[max_bucket]
-  std::size_t seq_len = 0;             // int32[max_bucket]
+  std::size_t real_batch = 0;      // int32[1]
+  std::size_t device_step = 0;     // int32[1]: the step the kernels are at (device_steps mode),
+                                   // reset to 0 by staging; after a round, the depth it ran
+  std::size_t max_depth = 0;       // int32[1]: the round's depth limit (device_depth mode)
+  std::size_t min_confidence = 0;  // float32[1]: the round's continue threshold (device_depth)
+  std::size_t iterations = 0;      // int32[1]: WHILE bodies run this round, counted by the
+                                   // condition (device_depth), reset to 0 by staging
+  std::size_t progress = 0;        // int32[1]: the round's progress (round_progress, guard.hpp):
+                                   // staging and begin_round set it to staged, setup_round
+                                   // to set up (docs/metadata.md section 11)
+  std::size_t req_pool_index = 0;  // int32[max_bucket]
+  std::size_t seq_len = 0;         // int32[max_bucket]
   std::size_t small_inputs_bytes = 0;  // real_batch .. end of seq_len
   std::size_t out_cache_loc = 0;       // int64[max_bucket][topk][slot_stride]
   // Step-invariant prefix metadata (computed once per round).
@@ -208,6 +211,9 @@ struct plan_layout {
   // Guard words: one per launch site (see the guard_* indices below).
   std::size_t guards = 0;
   std::int32_t guard_count = 0;
+  // The last guard word, "round.order": an op run out of the round's order (violation_kind
+  // order). Reset when a round starts (staging, begin_round), never by setup_round.
+  std::int32_t guard_order = 0;
 
   // Guard word indices: staging, prefix, expand step s, sparse stage kind k.
   static constexpr std::int32_t guard_stage = 0;

@@ -25,7 +25,7 @@ from . import csr as _csr
 from .buffers import Buffers, StepView
 from .errors import CaptureFailed, InvalidArgument
 from .inputs import _bound, begin_round_
-from .ops import (advance_step_, continue_condition_host, round_setup_, step_metadata_,
+from .ops import (advance_step_, continue_condition_host, round_setup_, stage_, step_metadata_,
                   step_metadata_device_)
 
 ROUND = -1  # the step of a whole-round graph in reports
@@ -150,6 +150,14 @@ class StepBody:
             if self.csr:
                 _csr.csr_step_indices_(bufs, bucket, s, r2t, out=self.csr_outputs, inputs=ins)
             self.forward(self.view(bucket, s))
+
+
+def warm_up_round(bufs: Buffers, bucket: int, step: int, inputs: Any) -> None:
+    """Before a warm-up of graph(bucket, step 0 or the round) with staged inputs: an idle round
+    staged into the bucket (every row a padding row), so the warm-up runs in the round's order
+    over defined rows (docs/metadata.md section 11); nothing is read from the engine."""
+    if inputs is None and step in (0, ROUND):
+        stage_(bufs, 0, bufs.req_pool_index, bufs.seq_len, bufs.out_cache_loc, bucket=bucket)
 
 
 def run_device_depth_round(g: Any) -> None:

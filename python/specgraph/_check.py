@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 import operator
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .errors import InvalidArgument
 
@@ -116,8 +116,22 @@ def torch_arena_intact(field: str, arena: Any, base: int, nbytes: int) -> None:
     storage_covers(field, arena, nbytes)
 
 
+def member(field: str, value: Any, allowed: Sequence[int], what: str) -> int:
+    """An int that is one of `allowed`, else InvalidArgument naming `field` (the caller's)."""
+    v = index(field, value)
+    if v not in allowed:
+        raise InvalidArgument(f"{field}: {v} is not one of {what} {list(allowed)}", field=field)
+    return v
+
+
 def storage_covers(field: str, arena: Any, nbytes: int) -> None:
-    """A torch tensor's storage holds `nbytes` from its data pointer (not freed, not shrunk)."""
+    """A torch tensor's storage holds `nbytes` from its data pointer (not freed, not shrunk);
+    a strided view of it (stride 0: expand()) is refused as not contiguous first."""
+    if arena.dim() == 1 and arena.numel() > 1 and arena.stride(0) != 1:
+        raise InvalidArgument(
+            f"{field}: not contiguous (stride {arena.stride(0)}, e.g. an expand()ed or sliced "
+            "view): pass a contiguous 1-D uint8 tensor (torch.empty(plan.total_bytes, "
+            "dtype=torch.uint8, device=...), or .contiguous())", field=field)
     ptr = arena.data_ptr()
     st = arena.untyped_storage()
     start, size = st.data_ptr(), st.nbytes()

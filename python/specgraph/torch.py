@@ -49,7 +49,8 @@ except ImportError as _e:  # say what to install, not a bare "No module named 't
 from . import _check, _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
 from ._capture import (ROUND, CaptureReport, Forward, GraphTiming, StepBody, begin_in_place,
-                       failing, graph_keys, pool_bytes, run_device_depth_round, step_graph_count)
+                       failing, graph_keys, pool_bytes, run_device_depth_round, step_graph_count,
+                       warm_up_round)
 from .buffers import Buffers
 from .csr import CsrOutputs
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
@@ -114,7 +115,7 @@ class DraftGraphs:
                                     not hasattr(buckets, "__iter__")):
             raise TypeError(f"buckets: expected a sequence of ints, got "
                             f"{_check.type_name(buckets)}")
-        chosen = [bufs._bucket(_check.index(f"buckets[{i}]", b))
+        chosen = [_check.member(f"buckets[{i}]", b, self.plan.buckets, "the planned buckets")
                   for i, b in enumerate(buckets or ())] or list(self.plan.buckets)
         self.buckets: Tuple[int, ...] = tuple(sorted(set(chosen), reverse=True))
         self.device: torch.device = bufs.arena.device
@@ -252,6 +253,7 @@ class DraftGraphs:
         with failing(bucket, step, "warmup"):
             for _ in range(self.warmups):
                 self._reset_step()
+                warm_up_round(self.bufs, bucket, step, self.inputs)
                 self._record(bucket, step)
 
     def _reset_step(self) -> None:

@@ -112,7 +112,7 @@ std::int64_t load(const ffi::TensorView& t, bool is64, std::int64_t i) {
 // element, before anything is written (docs/metadata.md section 4).
 void check_host_contents(const draft_config& c, std::int32_t batch, const ffi::TensorView& pool,
                          bool pool64, const ffi::TensorView& seq, bool seq64,
-                         const ffi::TensorView& slots) {
+                         const ffi::TensorView& slots, bool slots64) {
   for (std::int32_t i = 0; i < batch; ++i) {
     const std::string at = "[" + std::to_string(i) + "]";
     const std::int64_t row = load(pool, pool64, i);
@@ -126,10 +126,9 @@ void check_host_contents(const draft_config& c, std::int32_t batch, const ffi::T
   }
   if (batch == 0) return;
   // Rows slot_stride apart; only their first num_steps slots are read (the rest may hold anything).
-  const auto* s = static_cast<const std::int64_t*>(address_of(slots));
   for (std::int64_t row = 0; row < static_cast<std::int64_t>(batch) * c.topk; ++row) {
     for (std::int64_t j = 0; j < c.num_steps; ++j) {
-      const std::int64_t slot = s[row * c.slot_stride + j];
+      const std::int64_t slot = load(slots, slots64, row * c.slot_stride + j);
       if (slot >= 0 && slot < c.kv_slots) continue;
       SPECGRAPH_EXPECTS(
           false,
@@ -154,12 +153,24 @@ std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
                                        int_kind::int32_or_int64, batch, b->device);
   const bool seq64 =
       check_int_tensor("seq_lens", seq_lens, int_kind::int32_or_int64, batch, b->device);
-  check_int_tensor("out_cache_loc", out_cache_loc, int_kind::int64,
-                   batch * c.topk * static_cast<std::int64_t>(c.slot_stride), b->device);
+  // Flat (>= bs * topk * slot_stride elements) or [>= bs, topk, slot_stride]: a 3-D tensor of
+  // another shape (e.g. [bs, slot_stride, topk], transposed then copied) would be misread.
+  if (out_cache_loc.ndim() == 3) {
+    SPECGRAPH_EXPECTS(out_cache_loc.size(0) >= batch && out_cache_loc.size(1) == c.topk &&
+                          out_cache_loc.size(2) == c.slot_stride,
+                      "out_cache_loc",
+                      "shape " + describe_shape(out_cache_loc) + ", expected [>= bs " +
+                          std::to_string(batch) + ", topk " + std::to_string(c.topk) +
+                          ", slot_stride " + std::to_string(c.slot_stride) +
+                          "] (or a flat tensor of >= bs * topk * slot_stride elements)");
+  }
+  const bool slots64 =
+      check_int_tensor("out_cache_loc", out_cache_loc, int_kind::int32_or_int64,
+                       batch * c.topk * static_cast<std::int64_t>(c.slot_stride), b->device);
   const auto bs = static_cast<std::int32_t>(batch);
   const std::int32_t chosen = int32_arg("bucket", bucket);  // checked by stage_round
   if (b->device.device_type == kDLCPU) {
-    check_host_contents(c, bs, req_pool_indices, pool64, seq_lens, seq64, out_cache_loc);
+    check_host_contents(c, bs, req_pool_indices, pool64, seq_lens, seq64, out_cache_loc, slots64);
   }
   device_round_inputs in;
   in.batch = bs;
@@ -168,7 +179,9 @@ std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
              : index_array(static_cast<const std::int32_t*>(address_of(req_pool_indices)));
   in.seq_len = seq64 ? index_array(static_cast<const std::int64_t*>(address_of(seq_lens)))
                      : index_array(static_cast<const std::int32_t*>(address_of(seq_lens)));
-  in.out_cache_loc = static_cast<const std::int64_t*>(address_of(out_cache_loc));
+  in.out_cache_loc = slots64
+                         ? index_array(static_cast<const std::int64_t*>(address_of(out_cache_loc)))
+                         : index_array(static_cast<const std::int32_t*>(address_of(out_cache_loc)));
   in.max_depth = int32_arg("max_depth", max_depth);  // its range: stage_round
   in.min_confidence = to_float(min_confidence);
   in.bucket = chosen;  // 0: the smallest bucket >= bs

@@ -332,8 +332,10 @@ def test_views_alias_the_plan_buffers_exactly():
             assert (v.expand_page_table is None) == (formats == "csr")
             assert (v.prefix_page_table is None) == (formats == "csr")
         words = specgraph.read_guards(bufs)
-        assert [(w.buffer, w.step) for w in words[-4:]] == [("csr.kv_indices", s)
-                                                           for s in range(4)]
+        # The CSR words, then the last word of every plan: round.order (docs/metadata.md 11).
+        assert [(w.buffer, w.step) for w in words[-5:]] == [("csr.kv_indices", s)
+                                                           for s in range(4)] + [
+                                                               ("round.order", None)]
     fa3_plan, _, fa3 = make(max_batch=2, topk=1, num_steps=2, page_size=1, max_context_len=8,
                             pool_rows=3, kv_slots=64)
     assert fa3.view(2, 1).kv_indptr is None and fa3.view(2, 1).kv_indices is None

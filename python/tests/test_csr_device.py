@@ -173,6 +173,10 @@ def test_device_csr_ops_pass_opcheck():
     ip = torch.zeros(cfg.num_steps, plan.max_rows + 1, dtype=torch.int32)
     ix = torch.zeros(cfg.num_steps, plan.layout["csr_capacity"][-1], dtype=torch.int64)
     ops = torch.ops.specgraph
+    # In the round's order (docs/metadata.md section 11): an idle round staged and set up.
+    z = torch.zeros(cfg.max_batch * cfg.topk * cfg.num_steps, dtype=torch.int64)
+    specgraph.stage_(bufs, 0, z, z, z, bucket=6)
+    specgraph.round_setup_(bufs, 6, r2t)
     torch.library.opcheck(ops.csr_indices_device_.default, (arena, bufs.handle, 6, r2t))
     torch.library.opcheck(ops.csr_indices_device_out_.default,
                           (arena, bufs.handle, 6, r2t, ip, ix))

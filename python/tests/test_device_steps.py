@@ -112,6 +112,12 @@ def test_device_step_ops_pass_opcheck():
     plan = specgraph.make_plan(specgraph.DraftConfig(**FIELDS))
     arena = specgraph.host_arena(plan, framework="torch")
     bufs = specgraph.buffers(plan, arena)
+    # In the round's order (docs/metadata.md section 11): an idle round staged and set up.
+    z = torch.zeros(1, dtype=torch.int64)
+    cfg = plan.config
+    specgraph.stage_(bufs, 0, z, z, z, bucket=plan.buckets[-1])
+    specgraph.round_setup_(bufs, plan.buckets[-1],
+                           torch.zeros(cfg.pool_rows, cfg.max_context_len, dtype=torch.int32))
     torch.library.opcheck(torch.ops.specgraph.step_metadata_device_.default,
                           (arena, bufs.handle, plan.buckets[-1]))
     torch.library.opcheck(torch.ops.specgraph.advance_step_.default, (arena, bufs.handle))

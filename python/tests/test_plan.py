@@ -135,4 +135,4 @@ def test_sparse_plan_buffers():
         kv_slots=1 << 20, sparse=sp))
     names = {b.name for b in plan.buffers}
     assert {"sparse.intra.vertical", "sparse.succ.slash", "sparse.inter.vertical_count"} <= names
-    assert plan.find("guards").shape == (2 + 2 + 3,)
+    assert plan.find("guards").shape == (2 + 2 + 3 + 1,)  # and round.order, the last

@@ -86,9 +86,10 @@ def test_rounds_in_the_arena_match_the_reference():
         g = plan.find("guards")
         words = np.frombuffer(arena[g.offset: g.offset + g.bytes].tobytes(),
                               np.int32).reshape(-1, 10)
-        first = g.shape[0] - 3  # the section's three guard words come last
-        assert (words[first:, 0] == 0).all(), (n, words[first:])  # no violation recorded
-        changed[g.offset + first * 40: g.offset + g.bytes] = True
+        # The section's three guard words, just before the last word (round.order, untouched).
+        first = plan.layout["guard_order"] - 3
+        assert (words[first:first + 3, 0] == 0).all(), (n, words[first:])  # no violation
+        changed[g.offset + first * 40: g.offset + (first + 3) * 40] = True
         assert (arena[~changed] == before[~changed]).all(), n
 
 

@@ -1,0 +1,106 @@
+// out_cache_loc in int32 or int64, one rule for every way in (issue 28 B5): stage_round (device
+// memory) and draft_runtime::stage (host memory) widen int32 slots exactly as they copy int64
+// ones. The staged rows are compared with the engine's own values (real rows) and zeros
+// (padded rows) after the static inputs were poisoned.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specgraph/buffers.hpp"
+#include "specgraph/ops.hpp"
+#include "specgraph/plan.hpp"
+#include "tests/runtime_support.hpp"
+#include "tests/test_support.hpp"
+
+namespace specgraph::testing {
+namespace {
+
+draft_config slots_config() {
+  draft_config c;
+  c.max_batch = 7;
+  c.topk = 3;
+  c.num_steps = 2;
+  c.slot_stride = 4;  // rows wider than the steps: the unread slots are copied too
+  c.page_size = 2;
+  c.max_context_len = 24;
+  c.pool_rows = 9;
+  c.kv_slots = 1 << 20;
+  return c;
+}
+
+// What the staged out_cache_loc of `bucket` must hold: the real rows as given, padding 0.
+std::vector<std::int64_t> expected_slots(const host_round& r, std::int32_t bucket,
+                                         std::size_t per_request) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(bucket) * per_request, 0);
+  for (std::size_t i = 0; i < r.out_cache_loc.size(); ++i) out[i] = r.out_cache_loc[i];
+  return out;
+}
+
+class StageSlots : public ExecutorTest {};
+
+TEST_P(StageSlots, Int32SlotsStageAsInt64) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const draft_config cfg = slots_config();
+  sim_engine eng(*ex, cfg, rng);
+  const plan& p = eng.rt().plan();
+  const std::size_t per_request = static_cast<std::size_t>(cfg.topk) * 4;
+  const plan own = make_plan(cfg);
+  device_buffer arena(*ex, own.total_bytes);
+  const draft_buffers b(own, arena.data());
+  initialize_buffers(*ex, b);
+  for (std::int32_t round = 0; round < 8; ++round) {
+    const auto batch = static_cast<std::int32_t>(rng() % 8);  // 0 (an idle rank) .. max_batch
+    host_round r = eng.random_round(rng, batch);
+    r.out_cache_loc.resize(static_cast<std::size_t>(batch) * per_request);
+    for (std::int64_t& s : r.out_cache_loc) {
+      s = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(cfg.kv_slots));
+    }
+    const std::vector<std::int32_t> narrow(r.out_cache_loc.begin(), r.out_cache_loc.end());
+    SCOPED_TRACE("round " + std::to_string(round) + ", batch " + std::to_string(batch));
+    // Device memory, through stage_round.
+    ex->fill_bytes(b.out_cache_loc(), 0xA5, own.max_rows() * std::size_t{4} * 8);
+    dvec<std::int32_t> pool(*ex, r.req_pool_index), seq(*ex, r.seq_len), slots(*ex, narrow);
+    device_round_inputs in;
+    in.batch = batch;
+    in.req_pool_index = pool.data();
+    in.seq_len = seq.data();
+    in.out_cache_loc = slots.data();
+    const std::int32_t bucket = stage_round(*ex, b, in);
+    EXPECT_EQ(eng.read(b.out_cache_loc(), static_cast<std::size_t>(bucket) * per_request),
+              expected_slots(r, bucket, per_request));
+    // Host memory, through draft_runtime::stage.
+    ex->fill_bytes(eng.rt().buffers().out_cache_loc(), 0xA5, p.max_rows() * std::size_t{4} * 8);
+    round_inputs host = r.inputs();
+    host.out_cache_loc = narrow.data();
+    eng.rt().stage(host);
+    ex->synchronize();
+    EXPECT_EQ(eng.read(eng.rt().buffers().out_cache_loc(),
+                       static_cast<std::size_t>(bucket) * per_request),
+              expected_slots(r, bucket, per_request));
+    if (HasFailure()) return;
+  }
+}
+
+// A bad int32 slot is named by the host stage like an int64 one, nothing staged.
+TEST_P(StageSlots, ABadInt32SlotIsNamed) {
+  const std::uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed);
+  const draft_config cfg = slots_config();
+  sim_engine eng(*ex, cfg, rng);
+  host_round r = eng.random_round(rng, 2);
+  std::vector<std::int32_t> narrow(static_cast<std::size_t>(2 * cfg.topk * 4), 5);
+  narrow[static_cast<std::size_t>(1 * cfg.topk * 4 + 2 * 4 + 1)] = -3;
+  round_inputs host = r.inputs();
+  host.out_cache_loc = narrow.data();
+  expect_invalid([&] { eng.rt().stage(host); }, "out_cache_loc[1][2][1]", "-3 is outside");
+}
+
+SPECGRAPH_INSTANTIATE_EXECUTORS(StageSlots);
+
+}  // namespace
+}  // namespace specgraph::testing
