@@ -70,8 +70,7 @@ TEST(Plan, StepTablesAreExactlyDPlusOneWideAndPrefixExistsOnce) {
     EXPECT_EQ(p.find("input.out_cache_loc").shape, (std::vector<std::int64_t>{32, 4, steps}));
     // Staging, prefix, a word per step, then round.order (docs/metadata.md section 11).
     EXPECT_EQ(p.find("guards").shape, (std::vector<std::int64_t>{2 + steps + 1}));
-    EXPECT_EQ(p.find("guards").bytes,
-              static_cast<std::size_t>(2 + steps + 1) * sizeof(guard_word));
+    EXPECT_EQ(p.find("guards").bytes, static_cast<std::size_t>(2 + steps + 1) * sizeof(guard_word));
     EXPECT_EQ(p.layout.guard_order, 2 + steps);
   }
 }

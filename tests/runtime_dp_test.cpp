@@ -121,7 +121,8 @@ TEST_P(DataParallel, RanksReplayTheBucketOfTheLargestBatchIdleRanksIncluded) {
                              model_draft_round(m, eng.req_to_token(), batch, r.req_pool_index,
                                                r.seq_len, r.out_cache_loc, depth, bucket),
                              depth);
-        for (const guard_word& g : eng.rt().read_guards()) EXPECT_EQ(g.violations, 0) << describe(g);
+        for (const guard_word& g : eng.rt().read_guards())
+          EXPECT_EQ(g.violations, 0) << describe(g);
       } catch (const std::exception& e) {
         ADD_FAILURE() << e.what();
       }
