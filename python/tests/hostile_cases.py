@@ -156,10 +156,24 @@ ALL = ("numpy", "torch", "cuda")
 
 def _scalar_op(op: str, arg: str, good: List[Any], bad: List[Any],
                call: Callable[[Ctx, Any], Any], fws: Tuple[str, ...] = ALL, cfg: str = "base",
-               field: Optional[str] = None, int64: bool = False, optional: bool = False) -> None:
+               field: Optional[str] = None, int64: bool = False, optional: bool = False,
+               setup: Optional[Callable[[Ctx], Any]] = None) -> None:
+    """setup(ctx), when given, runs before the call (and before its twin), outside the snapshot:
+    the round's earlier ops, so that a legal call is made in the round's order."""
+    def prepared(c: Ctx) -> Ctx:
+        if setup is not None:
+            setup(c)
+        return c
+
     for label, v, expect in _scalar_variants(good, bad, int64, optional):
-        def build(ctx: Ctx, v: Any = v, expect: str = expect) -> Call:
-            twin = (lambda c: (lambda: call(c, _plain(v)))) if expect == "ok" else None
+        def twin_of(c: Ctx, v: Any = v) -> Callable[[], Any]:
+            d = prepared(c)
+            return lambda: call(d, _plain(v))
+
+        def build(ctx: Ctx, v: Any = v, expect: str = expect,
+                  twin_of: Callable[[Ctx], Callable[[], Any]] = twin_of) -> Call:
+            prepared(ctx)
+            twin = twin_of if expect == "ok" else None
             return Call(lambda: call(ctx, _value(v)), expect, field or arg, twin=twin)
         _add(f"{op}.{arg}={label}", fws, build, cfg)
 
@@ -242,7 +256,7 @@ def _register() -> None:
                       "2-D": (lambda c: c.t([[9], [13]], "int32"), "either")})
     _tensor_op("stage_", "out_cache_loc", lambda c: list(range(12)), "int64",
                lambda c, v: sg_stage(c, ocl=v),
-               extra={"int32": (lambda c: c.t(list(range(12)), "int32"), "refuse")})
+               extra={"int32": (lambda c: c.t(list(range(12)), "int32"), "ok")})  # int32 or int64
     rs = lambda c, b, r=Ctx: c.sg.round_setup_(c.bufs, b, c.r2t if r is Ctx else r)
     _scalar_op("round_setup_", "bucket", [2, 4], [0, 1, 3, 5, -2], lambda c, v: rs(c, v))
     _tensor_op("round_setup_", "req_to_token", lambda c: [[0] * 64] * 8, "int32",
@@ -250,12 +264,15 @@ def _register() -> None:
                extra={"1-D": (lambda c: c.t([0] * 64 * 8, "int32"), "refuse"),
                       "narrow": (lambda c: c.t([[0] * 63] * 8, "int32"), "refuse"),
                       "int64": (lambda c: c.t([[0] * 64] * 8, "int64"), "refuse")})
+    # The step ops run after the round's setup (docs/metadata.md section 11: out of order they
+    # are refused by name, the op named rather than the argument).
+    set_up = lambda c: rs(c, 2)
     _scalar_op("step_metadata_", "bucket", [2, 4], [0, 3, 5],
-               lambda c, v: c.sg.step_metadata_(c.bufs, v, 0))
+               lambda c, v: c.sg.step_metadata_(c.bufs, v, 0), setup=set_up)
     _scalar_op("step_metadata_", "step", [0, 2], [-1, 3],
-               lambda c, v: c.sg.step_metadata_(c.bufs, 2, v))
+               lambda c, v: c.sg.step_metadata_(c.bufs, 2, v), setup=set_up)
     _scalar_op("step_metadata_device_", "bucket", [2, 4], [0, 3, 5],
-               lambda c, v: c.sg.step_metadata_device_(c.bufs, v), cfg="depth")
+               lambda c, v: c.sg.step_metadata_device_(c.bufs, v), cfg="depth", setup=set_up)
     _scalar_op("check_guards", "bucket", [2, 4], [-1, 3, 5],
                lambda c, v: c.sg.check_guards(c.bufs, v), optional=True)
     _scalar_op("continue_condition_host", "bucket", [2, 4], [0, 3, 5], lambda c, v: (
