@@ -91,24 +91,25 @@ inline void check_invalid_argument(const invalid_argument& e, const char* contex
              context, what.c_str(), e.field().c_str());
 }
 
-// A guard word is clean (all zero) or names a valid kind and kernel; at rest its lock is 0.
+// A guard word is clean (all zero) or names a valid kind and kernel; at rest its order key is
+// not busy.
 inline void check_guard_word(const guard_word& g, const char* context) {
   FUZZ_CHECK(g.violations >= 0, "%s: negative violation count %d", context, g.violations);
-  FUZZ_CHECK(g.lock == 0 && g.reserved == 0, "%s: lock %d reserved %d at rest", context, g.lock,
-             g.reserved);
+  // At rest no thread is writing the details: the order key's busy bit (its top bit) is clear.
+  FUZZ_CHECK((g.first >> 63) == 0, "%s: order key %llx busy at rest", context,
+             static_cast<unsigned long long>(g.first));
   if (g.violations == 0) {
     FUZZ_CHECK(g.kind == 0 && g.kernel == 0 && g.row == 0 && g.column == 0 && g.capacity == 0 &&
-                   g.value == 0,
+                   g.value == 0 && g.first == 0,
                "%s: clean word with details: kind %d kernel %d row %d column %d capacity %d "
                "value %lld",
                context, g.kind, g.kernel, g.row, g.column, g.capacity,
                static_cast<long long>(g.value));
   } else {
-    FUZZ_CHECK(g.kind >= 1 && g.kind <= 3, "%s: %d violations, invalid kind %d", context,
-               g.violations, g.kind);
-    FUZZ_CHECK(
-        g.kernel >= 1 && g.kernel <= static_cast<std::int32_t>(kernel_id::verify_packed_mask),
-        "%s: %d violations, invalid kernel %d", context, g.violations, g.kernel);
+    FUZZ_CHECK(g.kind >= 1 && g.kind <= static_cast<std::int32_t>(violation_kind::order),
+               "%s: %d violations, invalid kind %d", context, g.violations, g.kind);
+    FUZZ_CHECK(g.kernel >= 1 && g.kernel <= static_cast<std::int32_t>(kernel_id::csr_indices),
+               "%s: %d violations, invalid kernel %d", context, g.violations, g.kernel);
   }
 }
 
