@@ -21,6 +21,7 @@
 #include "specgraph/error.hpp"
 #include "specgraph/limits.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/verify_metadata.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 #include "tools/json.hpp"
 #include "tools/plan_command.hpp"
@@ -154,7 +155,14 @@ void check_plan(const draft_config& c, const specgraph::plan& p) {
   FUZZ_CHECK(p.find("prefix.page_table").capacity == l.prefix_capacity, "prefix table width");
   FUZZ_CHECK(l.out_cache_loc == p.find("input.out_cache_loc").offset, "out_cache_loc offset");
   FUZZ_CHECK(l.guards == p.find("guards").offset, "guards offset");
-  FUZZ_CHECK(l.guard_count == 2 + c.num_steps + (c.sparse ? 3 : 0), "guard_count %d",
+  // staging, prefix, one per step, the sparse stages, one per CSR step, the verify words, and
+  // last the round's order (docs/metadata.md section 11).
+  const std::int32_t guards_wanted = 2 + c.num_steps + (c.sparse ? 3 : 0) +
+                                     (l.csr_kv_indices.empty() ? 0 : c.num_steps) +
+                                     (l.verify.enabled() ? specgraph::verify_guard_count : 0) + 1;
+  FUZZ_CHECK(l.guard_count == guards_wanted, "guard_count %d, want %d", l.guard_count,
+             guards_wanted);
+  FUZZ_CHECK(l.guard_order == l.guard_count - 1, "guard_order %d of %d words", l.guard_order,
              l.guard_count);
   FUZZ_CHECK(l.expand_page_table.size() == static_cast<std::size_t>(c.num_steps),
              "expand offsets for %zu steps", l.expand_page_table.size());
