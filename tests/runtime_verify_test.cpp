@@ -1,4 +1,4 @@
-// draft_runtime's verify graphs (runtime.hpp, graphs/runtime_verify.cpp): one graph per bucket
+// draft_runtime's verify graphs (runtime.hpp, runtime/runtime_verify.cpp): one graph per bucket
 // (verify_metadata + the engine's verify forward), replayed for fresh random rounds staged with
 // stage_verify (and after whole draft rounds), equals the eager run and the independent reference
 // (tests/verify_reference.hpp) over the poisoned arena; the forward runs after the metadata in

@@ -9,7 +9,7 @@
 
 #include "device/checks.hpp"
 #include "device/nvtx.hpp"
-#include "graphs/runtime_parts.hpp"
+#include "runtime/runtime_parts.hpp"
 #include "specgraph/error.hpp"
 
 namespace specgraph {

@@ -4,7 +4,7 @@
 
 #include "device/checks.hpp"
 #include "device/nvtx.hpp"
-#include "graphs/runtime_parts.hpp"
+#include "runtime/runtime_parts.hpp"
 #include "specgraph/csr_ops.hpp"
 #include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "device/checks.hpp"
-#include "graphs/runtime_parts.hpp"
+#include "runtime/runtime_parts.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/runtime.hpp"
 #include "specgraph/verify_ops.hpp"
