@@ -5,13 +5,17 @@ fills specgraph._torch_registry, where the ops find them; nothing below imports 
 
 Registered with torch.library.Library(...).define/impl: the eager call goes straight from the
 dispatcher into the Python implementation and the extension, without the per-call cost of the
-torch.library.custom_op decorator path. Each op declares what it mutates (Tensor(a!) arena, or
-the violation flag), has a fake implementation (nothing to allocate: the ops return nothing), so
-torch.compile traces them as ordinary ops and torch.profiler shows them by name.
+torch.library.custom_op decorator path. Each op declares what it mutates (Tensor(a!) arena, the
+violation flag, or the engine's CSR outputs, Tensor(b!)? kv_indptr / Tensor(c!)? kv_indices),
+has a fake implementation (nothing to allocate: the ops return nothing), so torch.compile traces
+them as ordinary ops and torch.profiler shows them by name. One schema per op: an op reading a
+round source ends with the bound inputs' tensors as optional tensors (all None: the staged
+inputs), an op writing CSR indices takes the engine's outputs as optional mutated tensors.
 
 Buffers cannot travel through the dispatcher: an op names them by an int handle, a key into a
 table of the buffers' C++ objects, removed when the Buffers is collected (captured graphs need
-no handle). Through torch.ops an eager call costs the dispatcher's Python-kernel path on top of
+no handle). Bound inputs likewise: `int inputs` is the handle of the source bind_inputs checked,
+used when the op's tensors are its tensors (else the op checks the tensors it was given). Through torch.ops an eager call costs the dispatcher's Python-kernel path on top of
 the direct call (about 4 us on CPU here); buffers(..., torch_ops=False) skips it.
 """
 

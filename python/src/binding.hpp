@@ -166,8 +166,6 @@ void with_source(const specgraph::engine_inputs* in, F&& f) {
   }
 }
 
-// Throws invalid_argument "formats" for a plan without CSR.
-void check_csr_plan_of(const specgraph::plan& p);
 // The CSR target an op writes: null for the arena's CSR buffers, else the engine's kv_indptr /
 // kv_indices (both or neither: invalid_argument names the missing one) checked against the plan
 // into `out` (bind_csr_outputs' checks); `arena` and req_to_token must not share memory with them.

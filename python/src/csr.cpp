@@ -328,10 +328,6 @@ ffi::Array<ffi::Any> kv_indices_run_host(
 
 }  // namespace
 
-void check_csr_plan_of(const plan& p) {
-  check_csr_plan(p);
-}
-
 const csr_outputs* target_of(const buffers_ref& b, const opt_tensor& kv_indptr,
                              const opt_tensor& kv_indices, const void* arena,
                              const ffi::TensorView& req_to_token, csr_outputs& out) {
