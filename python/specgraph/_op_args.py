@@ -4,7 +4,7 @@ verify_arena)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Dict
 
 from . import _check, _ffi
 from ._torch_registry import OPS as _torch
@@ -25,13 +25,24 @@ def tensor(bufs: Buffers, field: str, value: Any) -> Any:
     return _check.tensor(field, value, bufs.arena, bufs.framework)
 
 
+# op name -> the extension's function of that name without the trailing underscore
+_FFI: Dict[str, Any] = {}
+
+
+def _direct(op: str) -> Any:
+    fn = _FFI.get(op)
+    if fn is None:
+        fn = _FFI[op] = getattr(_ffi, op.rstrip("_"))
+    return fn
+
+
 def run(bufs: Buffers, op: str, *args: Any) -> Any:
     """The op `op` over bufs: torch.ops.specgraph.<op> for Buffers with a torch handle (so
     torch.compile, opcheck and the profiler see it), else the extension's function of the same
     name without the trailing underscore. Its arguments are the same on both paths."""
     if bufs.handle:
         return getattr(_torch, op)(bufs.arena, bufs.handle, *args)
-    return getattr(_ffi, op.rstrip("_"))(bufs._obj, bufs.arena, *args)
+    return _direct(op)(bufs._obj, bufs.arena, *args)
 
 
 def run_from(source: Any, bufs: Buffers, op: str, *args: Any) -> Any:
@@ -41,4 +52,4 @@ def run_from(source: Any, bufs: Buffers, op: str, *args: Any) -> Any:
     checked object."""
     if bufs.handle:
         return getattr(_torch, op)(bufs.arena, bufs.handle, *args, *source._tensors)
-    return getattr(_ffi, op.rstrip("_"))(bufs._obj, bufs.arena, *args, source._obj)
+    return _direct(op)(bufs._obj, bufs.arena, *args, source._obj)

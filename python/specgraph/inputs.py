@@ -68,11 +68,12 @@ def _describe(t: Any) -> str:
 
 
 class _Staged:
-    """The source of an op without inputs=: the inputs stage_ copied into the arena."""
+    """The source of an op without inputs=: the inputs stage_ copied into the arena (no
+    tensors: the torch schema's defaults, None, which the dispatcher then need not convert)."""
 
     __slots__ = ()
     _obj = None
-    _tensors = (None, None, None, None, 0)
+    _tensors = ()
 
 
 STAGED = _Staged()
