@@ -11,6 +11,9 @@ Tensor = Any  # an object with __dlpack__
 Plan = tvm_ffi.Object  # specgraph.Plan (C++ plan_obj)
 Buffers = tvm_ffi.Object  # specgraph.Buffers (C++ buffers_obj)
 RoundGraph = tvm_ffi.Object  # specgraph.RoundGraph (C++ round_graph_obj)
+# An op's round source: the engine's inputs checked once by bind_inputs (C++ inputs_obj), or
+# None: the inputs staged into the arena.
+Source = Optional[tvm_ffi.Object]
 DType = Union[str, tvm_ffi.dtype]
 
 # ---- plans (bindings.cpp): host only ----------------------------------------------------------
@@ -59,9 +62,11 @@ def initialize(bufs: Buffers, arena: Tensor) -> None: ...
 def stage(bufs: Buffers, arena: Tensor, batch: int, req_pool_indices: Tensor, seq_lens: Tensor,
           out_cache_loc: Tensor, max_depth: int, min_confidence: float, bucket: int) -> int:
     """Returns the bucket (bucket 0: the smallest >= batch)."""
-def round_setup(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor) -> None: ...
-def step_metadata(bufs: Buffers, arena: Tensor, bucket: int, step: int) -> None: ...
-def step_metadata_device(bufs: Buffers, arena: Tensor, bucket: int) -> None: ...
+def round_setup(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor,
+                source: Source) -> None: ...
+def step_metadata(bufs: Buffers, arena: Tensor, bucket: int, step: Optional[int],
+                  source: Source) -> None:
+    """step None: the step the device counter holds (device_steps plans)."""
 def advance_step(bufs: Buffers, arena: Tensor) -> None: ...
 def sparse_stage(bufs: Buffers, arena: Tensor, kind: int, prev: int, end: int, chunk_len: int,
                  chunk_q_len: int) -> None: ...
@@ -77,30 +82,29 @@ def step_view_layout(bufs: Buffers, bucket: int, step: int) -> Any:
     into the arena (-1: null). Host work only; for checking StepView against it."""
 
 # ---- device-decided depth (round_graph.cpp) ---------------------------------------------------
-def round_graph(bufs: Buffers, arena: Tensor, bucket: int, cuda_graph: int) -> RoundGraph:
+def round_graph(bufs: Buffers, arena: Tensor, bucket: int, cuda_graph: int,
+                source: Source) -> RoundGraph:
     """Wraps a copy of the step body cudaGraph_t into the bucket's WHILE round and instantiates
     it. CUDA arenas; host work; not inside a capture."""
 def launch_round_graph(graph: RoundGraph, arena: Tensor) -> None:
     """One launch on the current stream; no sync; not inside a capture."""
 def round_graph_bucket(graph: RoundGraph) -> int: ...
-def continue_condition_host(bufs: Buffers, arena: Tensor, bucket: int, flag: Tensor) -> None:
+def continue_condition_host(bufs: Buffers, arena: Tensor, bucket: int, flag: Tensor,
+                            source: Source) -> None:
     """CPU arenas: the round's condition kernel writes 1 (continue) or 0 into flag (int32 [1])."""
 
 # ---- CSR draft-decode indices (csr.cpp): like the ops above ------------------------------------
 def csr_check_outputs(bufs: Buffers, arena: Tensor, kv_indptr: Tensor,
                       kv_indices: Tensor) -> List[int]:
     """Host checks only: [kv_indices is int64, kv_indptr row stride, kv_indices row stride]."""
-def csr_step_indices(bufs: Buffers, arena: Tensor, bucket: int, step: int,
-                     req_to_token: Tensor) -> None: ...
-def csr_round_indices(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor) -> None: ...
-def csr_step_indices_out(bufs: Buffers, arena: Tensor, bucket: int, step: int,
-                         req_to_token: Tensor, kv_indptr: Tensor, kv_indices: Tensor) -> None: ...
-def csr_round_indices_out(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor,
-                          kv_indptr: Tensor, kv_indices: Tensor) -> None: ...
-def csr_indices_device(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor) -> None:
-    """device_steps plans: the step the device counter holds."""
-def csr_indices_device_out(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor,
-                           kv_indptr: Tensor, kv_indices: Tensor) -> None: ...
+# Into the arena (kv_indptr, kv_indices None) or the engine's outputs (both given; checked as
+# csr_check_outputs checks them); step None: the step the device counter holds.
+def csr_step_indices(bufs: Buffers, arena: Tensor, bucket: int, step: Optional[int],
+                     req_to_token: Tensor, kv_indptr: Optional[Tensor],
+                     kv_indices: Optional[Tensor], source: Source) -> None: ...
+def csr_round_indices(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor,
+                      kv_indptr: Optional[Tensor], kv_indices: Optional[Tensor],
+                      source: Source) -> None: ...
 def kv_indices_used_host(seq_len: Tensor, req_pool_index: Tensor, req_to_token: Tensor, topk: int,
                          num_steps: int, page_size: int, entry_page_size: int, window: int,
                          sink: int, slot_stride: int, slot_limit: int, int64: bool) -> List[int]:
@@ -128,24 +132,9 @@ def verify_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any, custom_m
 
 # ---- inputs read in place (inputs.cpp, round_graph.cpp): the engine's static tensors ------------
 # pool, seq: int32/int64 [>= max bucket], any stride; slots: int64/int32 [>= max bucket, topk,
-# >= num_steps], any strides; real_batch: int32 [1] or None. Each op checks them as inputs_check.
-def inputs_check(bufs: Buffers, pool: Tensor, seq: Tensor, slots: Tensor,
-                 real_batch: Optional[Tensor]) -> None:
-    """Host checks only: InvalidArgument naming the tensor, its dtype, shape and strides."""
+# >= num_steps], any strides; real_batch: int32 [1] or None. Checked once, by bind_inputs.
+def bind_inputs(bufs: Buffers, pool: Tensor, seq: Tensor, slots: Tensor,
+                real_batch: Optional[Tensor]) -> tvm_ffi.Object:
+    """Host checks only: InvalidArgument naming the tensor, its dtype, shape and strides; the
+    checked source the round ops take (held with the tensors)."""
 def begin_round(bufs: Buffers, arena: Tensor, max_depth: int, min_confidence: float) -> None: ...
-def round_setup_in(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor, pool: Tensor,
-                   seq: Tensor, slots: Tensor, real_batch: Optional[Tensor]) -> None: ...
-def step_metadata_in(bufs: Buffers, arena: Tensor, bucket: int, step: int, pool: Tensor,
-                     seq: Tensor, slots: Tensor, real_batch: Optional[Tensor]) -> None: ...
-def step_metadata_device_in(bufs: Buffers, arena: Tensor, bucket: int, pool: Tensor, seq: Tensor,
-                            slots: Tensor, real_batch: Optional[Tensor]) -> None: ...
-def csr_in(bufs: Buffers, arena: Tensor, kind: int, bucket: int, step: int, req_to_token: Tensor,
-           pool: Tensor, seq: Tensor, slots: Tensor, real_batch: Optional[Tensor],
-           kv_indptr: Optional[Tensor], kv_indices: Optional[Tensor]) -> None:
-    """kind 0: one step, 1: the round, 2: the device counter's step; into the arena, or into
-    kv_indptr / kv_indices when both are given."""
-def round_graph_in(bufs: Buffers, arena: Tensor, bucket: int, cuda_graph: int, pool: Tensor,
-                   seq: Tensor, slots: Tensor, real_batch: Optional[Tensor]) -> RoundGraph: ...
-def continue_condition_host_in(bufs: Buffers, arena: Tensor, bucket: int, flag: Tensor,
-                               pool: Tensor, seq: Tensor, slots: Tensor,
-                               real_batch: Optional[Tensor]) -> None: ...

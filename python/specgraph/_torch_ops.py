@@ -5,13 +5,17 @@ fills specgraph._torch_registry, where the ops find them; nothing below imports 
 
 Registered with torch.library.Library(...).define/impl: the eager call goes straight from the
 dispatcher into the Python implementation and the extension, without the per-call cost of the
-torch.library.custom_op decorator path. Each op declares what it mutates (Tensor(a!) arena, or
-the violation flag), has a fake implementation (nothing to allocate: the ops return nothing), so
-torch.compile traces them as ordinary ops and torch.profiler shows them by name.
+torch.library.custom_op decorator path. Each op declares what it mutates (Tensor(a!) arena, the
+violation flag, or the engine's CSR outputs, Tensor(b!)? kv_indptr / Tensor(c!)? kv_indices),
+has a fake implementation (nothing to allocate: the ops return nothing), so torch.compile traces
+them as ordinary ops and torch.profiler shows them by name. One schema per op: an op reading a
+round source ends with the bound inputs' tensors as optional tensors (all None: the staged
+inputs), an op writing CSR indices takes the engine's outputs as optional mutated tensors.
 
 Buffers cannot travel through the dispatcher: an op names them by an int handle, a key into a
 table of the buffers' C++ objects, removed when the Buffers is collected (captured graphs need
-no handle). Through torch.ops an eager call costs the dispatcher's Python-kernel path on top of
+no handle). Bound inputs likewise: `int inputs` is the handle of the source bind_inputs checked,
+used when the op's tensors are its tensors (else the op checks the tensors it was given). Through torch.ops an eager call costs the dispatcher's Python-kernel path on top of
 the direct call (about 4 us on CPU here); buffers(..., torch_ops=False) skips it.
 """
 
@@ -20,7 +24,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from types import SimpleNamespace
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -36,37 +40,38 @@ INT32_MAX = (1 << 31) - 1
 _OBJECTS: Dict[int, Any] = {}
 _next_handle = itertools.count(1)
 
+# The optional round source every op reading one ends with: the bound inputs' tensors
+# (specgraph.bind_inputs) and the handle of their checked source; all None: the staged inputs.
+_SOURCE = ("Tensor? req_pool_indices=None, Tensor? seq_lens=None, Tensor? out_cache_loc=None, "
+           "Tensor? real_batch=None, int inputs=0")
+# The optional CSR target: the engine's kv_indptr / kv_indices (specgraph.bind_csr_outputs,
+# declared mutated); None: the arena's own CSR buffers.
+_TARGET = "Tensor(b!)? kv_indptr=None, Tensor(c!)? kv_indices=None"
+
 SCHEMAS = {
     "initialize_": "initialize_(Tensor(a!) arena, int handle) -> ()",
     "stage_": "stage_(Tensor(a!) arena, int handle, int bs, Tensor req_pool_indices, "
               "Tensor seq_lens, Tensor out_cache_loc, int max_depth, float min_confidence, "
               "int bucket=0) -> ()",
+    "begin_round_": "begin_round_(Tensor(a!) arena, int handle, int max_depth, "
+                    "float min_confidence) -> ()",
     "round_setup_": "round_setup_(Tensor(a!) arena, int handle, int bucket, "
-                    "Tensor req_to_token) -> ()",
-    "step_metadata_": "step_metadata_(Tensor(a!) arena, int handle, int bucket, int step) -> ()",
-    "step_metadata_device_": "step_metadata_device_(Tensor(a!) arena, int handle, int bucket) -> ()",
+                    f"Tensor req_to_token, {_SOURCE}) -> ()",
+    # step None: the step the device counter holds (step_metadata_device_)
+    "step_metadata_": f"step_metadata_(Tensor(a!) arena, int handle, int bucket, int? step, "
+                      f"{_SOURCE}) -> ()",
     "advance_step_": "advance_step_(Tensor(a!) arena, int handle) -> ()",
     "sparse_stage_": "sparse_stage_(Tensor(a!) arena, int handle, int kind, int prev, int end, "
                      "int chunk_len, int chunk_q_len) -> ()",
     "count_violations_": "count_violations_(Tensor arena, int handle, Tensor(a!) out) -> ()",
     "check_guards": "check_guards(Tensor arena, int handle, int bucket) -> ()",
-    # CSR draft-decode indices (specgraph.csr): into the arena, or into the engine's outputs
-    # (the arena's guard words and scratch are written too).
-    "csr_step_indices_": "csr_step_indices_(Tensor(a!) arena, int handle, int bucket, int step, "
-                         "Tensor req_to_token) -> ()",
+    # CSR draft-decode indices (specgraph.csr) into the arena or the engine's outputs (the
+    # arena's guard words and scratch are written too); step None: the device counter's step
+    # (csr_indices_device_).
+    "csr_step_indices_": "csr_step_indices_(Tensor(a!) arena, int handle, int bucket, int? step, "
+                         f"Tensor req_to_token, {_TARGET}, {_SOURCE}) -> ()",
     "csr_round_indices_": "csr_round_indices_(Tensor(a!) arena, int handle, int bucket, "
-                          "Tensor req_to_token) -> ()",
-    "csr_step_indices_out_": "csr_step_indices_out_(Tensor(a!) arena, int handle, int bucket, "
-                             "int step, Tensor req_to_token, Tensor(b!) kv_indptr, "
-                             "Tensor(c!) kv_indices) -> ()",
-    "csr_round_indices_out_": "csr_round_indices_out_(Tensor(a!) arena, int handle, int bucket, "
-                              "Tensor req_to_token, Tensor(b!) kv_indptr, "
-                              "Tensor(c!) kv_indices) -> ()",
-    "csr_indices_device_": "csr_indices_device_(Tensor(a!) arena, int handle, int bucket, "
-                           "Tensor req_to_token) -> ()",
-    "csr_indices_device_out_": "csr_indices_device_out_(Tensor(a!) arena, int handle, "
-                               "int bucket, Tensor req_to_token, Tensor(b!) kv_indptr, "
-                               "Tensor(c!) kv_indices) -> ()",
+                          f"Tensor req_to_token, {_TARGET}, {_SOURCE}) -> ()",
     # Target-verify metadata (specgraph.verify) into the caller's tensors: the FA3 set (8 or
     # none), the FlashInfer set (7 or none), the guard words and the optional scratch.
     "verify_metadata_": "verify_metadata_(Tensor req_to_token, Tensor req_pool_indices, "
@@ -84,6 +89,65 @@ def register(bufs: Any) -> int:
                         bufs._storage_start, bufs._storage_need)
     weakref.finalize(bufs, _OBJECTS.pop, handle, None)
     return handle
+
+
+# handle -> (the checked source of a BoundInputs, its tensors' addresses): what a torch op's
+# source arguments are compared with (the same tensors: the source checked at bind time)
+_INPUTS: Dict[int, Any] = {}
+
+
+def register_inputs(bound: Any) -> int:
+    """A handle for a BoundInputs over Buffers with a torch handle (bind_inputs)."""
+    handle = next(_next_handle)
+    _INPUTS[handle] = (bound._obj, _addresses(*bound._args()))
+    weakref.finalize(bound, _INPUTS.pop, handle, None)
+    return handle
+
+
+def _addresses(*tensors: Any) -> Tuple[int, ...]:
+    return tuple(0 if t is None else t.data_ptr() for t in tensors)
+
+
+def _source(obj: Any, pool: Any, seq: Any, slots: Any, rb: Any, handle: int) -> Any:
+    """The extension's source for a torch op's source arguments: None (no tensors: the staged
+    inputs), the checked source bind_inputs made when these are its tensors (every eager call),
+    else these tensors checked now (copies made by torch.compile's functionalization or opcheck,
+    or a call without a handle)."""
+    if pool is None and seq is None and slots is None and rb is None:
+        return None
+    known = _INPUTS.get(handle)
+    if known is not None and known[1] == _addresses(pool, seq, slots, rb):
+        return known[0]
+    for field, t in (("req_pool_indices", pool), ("seq_lens", seq), ("out_cache_loc", slots)):
+        if t is None:
+            raise InvalidArgument(f"{field}: None, but other bound inputs were given (bound "
+                                  "inputs are req_pool_indices, seq_lens and out_cache_loc, "
+                                  "optionally real_batch)", field=field)
+    return _ffi.bind_inputs(obj, pool, seq, slots, rb)
+
+
+def _round_setup(obj: Any, arena: Any, bucket: int, r2t: Any, pool: Any = None, seq: Any = None,
+                 slots: Any = None, rb: Any = None, inputs: int = 0) -> None:
+    _ffi.round_setup(obj, arena, bucket, r2t, _source(obj, pool, seq, slots, rb, inputs))
+
+
+def _step_metadata(obj: Any, arena: Any, bucket: int, step: Any, pool: Any = None,
+                   seq: Any = None, slots: Any = None, rb: Any = None, inputs: int = 0) -> None:
+    _ffi.step_metadata(obj, arena, bucket, step, _source(obj, pool, seq, slots, rb, inputs))
+
+
+def _csr_step(obj: Any, arena: Any, bucket: int, step: Any, r2t: Any, ip: Any = None,
+              ix: Any = None, pool: Any = None, seq: Any = None, slots: Any = None,
+              rb: Any = None, inputs: int = 0) -> None:
+    _ffi.csr_step_indices(obj, arena, bucket, step, r2t, ip, ix,
+                          _source(obj, pool, seq, slots, rb, inputs))
+
+
+def _csr_round(obj: Any, arena: Any, bucket: int, r2t: Any, ip: Any = None, ix: Any = None,
+               pool: Any = None, seq: Any = None, slots: Any = None, rb: Any = None,
+               inputs: int = 0) -> None:
+    _ffi.csr_round_indices(obj, arena, bucket, r2t, ip, ix,
+                           _source(obj, pool, seq, slots, rb, inputs))
 
 
 def _obj(handle: int) -> Any:
@@ -171,19 +235,15 @@ def _nothing(*args: Any) -> None:
 _IMPLS = {
     "initialize_": _on_arena(_ffi.initialize),
     "stage_": _on_arena(_stage),
-    "round_setup_": _on_arena(_ffi.round_setup),
-    "step_metadata_": _on_arena(_ffi.step_metadata),
-    "step_metadata_device_": _on_arena(_ffi.step_metadata_device),
+    "begin_round_": _on_arena(_ffi.begin_round),
+    "round_setup_": _on_arena(_round_setup),
+    "step_metadata_": _on_arena(_step_metadata),
     "advance_step_": _on_arena(_ffi.advance_step),
     "sparse_stage_": _on_arena(_ffi.sparse_stage),
     "count_violations_": _on_arena(_ffi.count_violations, writes=False),
     "check_guards": _on_arena(_ffi.check_guards, writes=False),
-    "csr_step_indices_": _on_arena(_ffi.csr_step_indices),
-    "csr_round_indices_": _on_arena(_ffi.csr_round_indices),
-    "csr_step_indices_out_": _on_arena(_ffi.csr_step_indices_out),
-    "csr_round_indices_out_": _on_arena(_ffi.csr_round_indices_out),
-    "csr_indices_device_": _on_arena(_ffi.csr_indices_device),
-    "csr_indices_device_out_": _on_arena(_ffi.csr_indices_device_out),
+    "csr_step_indices_": _on_arena(_csr_step),
+    "csr_round_indices_": _on_arena(_csr_round),
     "verify_metadata_": _torch_impl,
 }
 

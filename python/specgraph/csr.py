@@ -17,7 +17,8 @@ Like the other ops: arguments checked on the host first (InvalidArgument naming 
 nothing written), then kernels on the current stream of the arena's framework, no
 synchronisation, capture-safe; every store checked against its step's exact capacity (a refused
 one is recorded in the step's guard word, "csr.kv_indices"). With a torch arena the calls go
-through torch.ops.specgraph.csr_* (custom ops with fake implementations).
+through torch.ops.specgraph.csr_step_indices_ / csr_round_indices_ (custom ops with fake
+implementations; csr_indices_device_ is csr_step_indices_ with step None).
 
 | op                  | stream  | synchronises | capture-safe |
 |---------------------|---------|--------------|--------------|
@@ -27,7 +28,10 @@ through torch.ops.specgraph.csr_* (custom ops with fake implementations).
 | csr_indices_device_ | current | no           | yes          |
 
 Each op takes inputs=: the engine's static inputs read in place (specgraph.bind_inputs) instead
-of the staged ones.
+of the staged ones, and out=: the bound outputs instead of the plan's buffers. Both are passed
+down as values (None: the staged inputs, the arena), one call whatever they are; with a torch
+arena the bound tensors and outputs are the torch op's optional tensor arguments (the outputs
+declared mutated, Tensor(b!)? kv_indptr, Tensor(c!)? kv_indices).
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional, Tuple
 
 from . import _check, _ffi
-from . import ops as _ops
+from . import _op_args as _ops
 from .buffers import Buffers
 from .errors import InvalidArgument
+from .inputs import _source
 
 
 class CsrOutputs(NamedTuple):
@@ -63,9 +68,9 @@ def bind_csr_outputs(bufs: Buffers, kv_indptr: Any, kv_indices: Any) -> CsrOutpu
     room for the draft entries). Host work only (call it outside torch.compile); nothing is
     written.
     """
-    _ops._ready(bufs)
-    kv_indptr = _ops._tensor(bufs, "kv_indptr", kv_indptr)
-    kv_indices = _ops._tensor(bufs, "kv_indices", kv_indices)
+    _ops.ready(bufs)
+    kv_indptr = _ops.tensor(bufs, "kv_indptr", kv_indptr)
+    kv_indices = _ops.tensor(bufs, "kv_indices", kv_indices)
     i64, sp, si = (int(x) for x in _ffi.csr_check_outputs(bufs._obj, bufs.arena, kv_indptr,
                                                             kv_indices))
     return CsrOutputs(kv_indptr, kv_indices, bool(i64), sp, si)
@@ -76,6 +81,15 @@ def _out(out: Any) -> Optional[CsrOutputs]:
         raise TypeError("out: expected specgraph.CsrOutputs (from bind_csr_outputs) or None, "
                         f"got {_check.type_name(out)}")
     return out
+
+
+_ARENA = (None, None)  # the target of an op without out=: the plan's own CSR buffers
+
+
+def _target(out: Any) -> Tuple[Any, Any]:
+    """out= of an op as its target arguments: (kv_indptr, kv_indices), (None, None) for the
+    arena."""
+    return _ARENA if _out(out) is None else (out.kv_indptr, out.kv_indices)
 
 
 def _csr_plan(bufs: Buffers) -> None:
@@ -91,52 +105,22 @@ def csr_step_indices_(bufs: Buffers, bucket: int, step: int, req_to_token: Any,
     its own width); into the plan's buffers (bufs.csr_kv_indptr(step),
     bufs.csr_kv_indices(step)) or row `step` of the bound outputs. round_setup_ resets the step's
     guard word: run it first in the round. Current stream; no sync; capture-safe."""
-    bucket, step = _ops._ready(bufs)._bucket(bucket), bufs._step(step)
+    bucket, step = _ops.ready(bufs)._bucket(bucket), bufs._step(step)
     _csr_plan(bufs)
-    req_to_token = _ops._tensor(bufs, "req_to_token", req_to_token)
-    out = _out(out)
-    inputs = _ops._inputs(inputs)
-    if inputs is not None:  # the engine's inputs read in place (bind_inputs)
-        indptr, indices = (None, None) if out is None else (out.kv_indptr, out.kv_indices)
-        _ffi.csr_in(bufs._obj, bufs.arena, 0, bucket, step, req_to_token,
-                    *inputs._args(), indptr, indices)
-    elif out is None:
-        if bufs.handle:
-            _ops._torch.csr_step_indices_(bufs.arena, bufs.handle, bucket, step, req_to_token)
-        else:
-            _ffi.csr_step_indices(bufs._obj, bufs.arena, bucket, step, req_to_token)
-    elif bufs.handle:
-        _ops._torch.csr_step_indices_out_(bufs.arena, bufs.handle, bucket, step, req_to_token,
-                                          out.kv_indptr, out.kv_indices)
-    else:
-        _ffi.csr_step_indices_out(bufs._obj, bufs.arena, bucket, step, req_to_token,
-                                  out.kv_indptr, out.kv_indices)
+    req_to_token = _ops.tensor(bufs, "req_to_token", req_to_token)
+    _ops.run_from(_source(inputs), bufs, "csr_step_indices_", bucket, step, req_to_token,
+                  *_target(out))
 
 
 def csr_round_indices_(bufs: Buffers, bucket: int, req_to_token: Any,
                        out: Optional[CsrOutputs] = None, *, inputs: Any = None) -> None:
     """Every step of the round at once (into the bound outputs: one launch), as
     csr_step_indices_ for each step. Current stream; no sync; capture-safe."""
-    bucket = _ops._ready(bufs)._bucket(bucket)
+    bucket = _ops.ready(bufs)._bucket(bucket)
     _csr_plan(bufs)
-    req_to_token = _ops._tensor(bufs, "req_to_token", req_to_token)
-    out = _out(out)
-    inputs = _ops._inputs(inputs)
-    if inputs is not None:  # the engine's inputs read in place (bind_inputs)
-        indptr, indices = (None, None) if out is None else (out.kv_indptr, out.kv_indices)
-        _ffi.csr_in(bufs._obj, bufs.arena, 1, bucket, 0, req_to_token,
-                    *inputs._args(), indptr, indices)
-    elif out is None:
-        if bufs.handle:
-            _ops._torch.csr_round_indices_(bufs.arena, bufs.handle, bucket, req_to_token)
-        else:
-            _ffi.csr_round_indices(bufs._obj, bufs.arena, bucket, req_to_token)
-    elif bufs.handle:
-        _ops._torch.csr_round_indices_out_(bufs.arena, bufs.handle, bucket, req_to_token,
-                                           out.kv_indptr, out.kv_indices)
-    else:
-        _ffi.csr_round_indices_out(bufs._obj, bufs.arena, bucket, req_to_token, out.kv_indptr,
-                                   out.kv_indices)
+    req_to_token = _ops.tensor(bufs, "req_to_token", req_to_token)
+    _ops.run_from(_source(inputs), bufs, "csr_round_indices_", bucket, req_to_token,
+                  *_target(out))
 
 
 def csr_indices_device_(bufs: Buffers, bucket: int, req_to_token: Any,
@@ -146,29 +130,15 @@ def csr_indices_device_(bufs: Buffers, bucket: int, req_to_token: Any,
     written as csr_step_indices_ writes that step (the arena's or the bound outputs' row s). A
     counter outside [0, num_steps) writes nothing and records bad input in the CSR guard word
     of step 0. One graph per bucket serves every step. Current stream; no sync; capture-safe."""
-    bucket = _ops._ready(bufs)._bucket(bucket)
+    bucket = _ops.ready(bufs)._bucket(bucket)
     _csr_plan(bufs)
     if not bufs.plan.config.device_steps:
         raise InvalidArgument("device_steps: false: the plan has no device step counter (use "
                               "csr_step_indices_)", field="device_steps")
-    req_to_token = _ops._tensor(bufs, "req_to_token", req_to_token)
-    out = _out(out)
-    inputs = _ops._inputs(inputs)
-    if inputs is not None:  # the engine's inputs read in place (bind_inputs)
-        indptr, indices = (None, None) if out is None else (out.kv_indptr, out.kv_indices)
-        _ffi.csr_in(bufs._obj, bufs.arena, 2, bucket, 0, req_to_token,
-                    *inputs._args(), indptr, indices)
-    elif out is None:
-        if bufs.handle:
-            _ops._torch.csr_indices_device_(bufs.arena, bufs.handle, bucket, req_to_token)
-        else:
-            _ffi.csr_indices_device(bufs._obj, bufs.arena, bucket, req_to_token)
-    elif bufs.handle:
-        _ops._torch.csr_indices_device_out_(bufs.arena, bufs.handle, bucket, req_to_token,
-                                            out.kv_indptr, out.kv_indices)
-    else:
-        _ffi.csr_indices_device_out(bufs._obj, bufs.arena, bucket, req_to_token, out.kv_indptr,
-                                    out.kv_indices)
+    req_to_token = _ops.tensor(bufs, "req_to_token", req_to_token)
+    # torch.ops.specgraph.csr_step_indices_ with step None: the device counter's step
+    _ops.run_from(_source(inputs), bufs, "csr_step_indices_", bucket, None, req_to_token,
+                  *_target(out))
 
 
 def step_csr_views(bufs: Buffers, bucket: int, step: int,

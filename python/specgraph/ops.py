@@ -8,9 +8,10 @@ same call runs eagerly or records into a capture under way on that stream (torch
 On CPU memory (numpy arrays, CPU tensors) the host executor runs the same kernels inline.
 
 When the arena is a torch tensor the ops go through torch.ops.specgraph.* (custom ops with fake
-implementations and mutates_args), so torch.compile and torch.profiler see them by name; with
-inputs= (the engine's static inputs read in place, specgraph.bind_inputs) they call the
-extension directly (same stream, no custom op).
+implementations and mutates_args), so torch.compile and torch.profiler see them by name, with
+inputs= (the engine's static inputs read in place, specgraph.bind_inputs) too: the bound tensors
+are the op's optional tensor arguments. Each op passes its source (inputs=, None: the staged
+inputs) down as a value, one call either way (_op_args.run / run_from).
 
 | op                  | stream                 | synchronises | capture-safe |
 |---------------------|------------------------|--------------|--------------|
@@ -35,12 +36,12 @@ from typing import Any, List, NamedTuple, Optional
 from . import _check, _ffi
 from ._guard_names import describe, violation
 from ._op_args import ready as _ready
+from ._op_args import run as _run
+from ._op_args import run_from as _run_from
 from ._op_args import tensor as _tensor
-from ._torch_registry import OPS as _torch  # torch.ops.specgraph.*, filled by _torch_ops
 from .buffers import Buffers
 from .config import STAGE_KINDS, stage_kind
-from .errors import InvalidArgument
-from .inputs import _bound
+from .inputs import _source
 
 
 class SparseStage(NamedTuple):
@@ -75,11 +76,7 @@ class GuardWord(NamedTuple):
 def initialize_(bufs: Buffers) -> None:
     """Zeroes the arena and writes the init-once buffers. Current stream; no sync; NOT
     capture-safe (copies the sparse sizes from host memory)."""
-    _ready(bufs)
-    if bufs.handle:
-        _torch.initialize_(bufs.arena, bufs.handle)
-    else:
-        _ffi.initialize(bufs._obj, bufs.arena)
+    _run(_ready(bufs), "initialize_")
 
 
 def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
@@ -113,17 +110,9 @@ def stage_(bufs: Buffers, bs: int, req_pool_indices: Any, seq_lens: Any,
     max_depth = _check.index("max_depth", max_depth)
     min_confidence = _check.real("min_confidence", min_confidence)
     chosen = bufs.plan.round_bucket(bs, bucket)  # before anything is written
-    if bufs.handle:
-        _torch.stage_(bufs.arena, bufs.handle, bs, req_pool_indices, seq_lens, out_cache_loc,
-                      max_depth, min_confidence, chosen)
-        return chosen
-    return int(_ffi.stage(bufs._obj, bufs.arena, bs, req_pool_indices, seq_lens, out_cache_loc,
-                          max_depth, min_confidence, chosen))
-
-
-def _inputs(inputs: Any) -> Any:
-    """inputs= of an op: None (the staged inputs) or a BoundInputs (read in place)."""
-    return None if inputs is None else _bound(inputs)
+    _run(bufs, "stage_", bs, req_pool_indices, seq_lens, out_cache_loc, max_depth,
+         min_confidence, chosen)
+    return chosen
 
 
 def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any, *,
@@ -139,13 +128,7 @@ def round_setup_(bufs: Buffers, bucket: int, req_to_token: Any, *,
     """
     bucket = _ready(bufs)._bucket(bucket)
     req_to_token = _tensor(bufs, "req_to_token", req_to_token)
-    inputs = _inputs(inputs)
-    if inputs is not None:
-        _ffi.round_setup_in(bufs._obj, bufs.arena, bucket, req_to_token, *inputs._args())
-    elif bufs.handle:
-        _torch.round_setup_(bufs.arena, bufs.handle, bucket, req_to_token)
-    else:
-        _ffi.round_setup(bufs._obj, bufs.arena, bucket, req_to_token)
+    _run_from(_source(inputs), bufs, "round_setup_", bucket, req_to_token)
 
 
 def step_metadata_(bufs: Buffers, bucket: int, step: int, *, inputs: Any = None) -> None:
@@ -154,39 +137,23 @@ def step_metadata_(bufs: Buffers, bucket: int, step: int, *, inputs: Any = None)
     (slice-before-scatter); inputs: the engine's bound out_cache_loc (bind_inputs) instead of
     the staged one. Current stream; no sync; capture-safe."""
     bucket, step = _ready(bufs)._bucket(bucket), bufs._step(step)
-    inputs = _inputs(inputs)
-    if inputs is not None:
-        _ffi.step_metadata_in(bufs._obj, bufs.arena, bucket, step, *inputs._args())
-    elif bufs.handle:
-        _torch.step_metadata_(bufs.arena, bufs.handle, bucket, step)
-    else:
-        _ffi.step_metadata(bufs._obj, bufs.arena, bucket, step)
+    _run_from(_source(inputs), bufs, "step_metadata_", bucket, step)
 
 
 def step_metadata_device_(bufs: Buffers, bucket: int, *, inputs: Any = None) -> None:
     """device_steps mode (docs/device-rounds.md): the expand metadata of whatever step the
     device counter (bufs.device_step) is at: d = step + 1 slots read, d + 1 columns written of
     the one shared table, the step's guard word. inputs: as in step_metadata_. Current stream;
-    no sync; capture-safe."""
+    no sync; capture-safe. (torch.ops.specgraph.step_metadata_ with step None.)"""
     bucket = _ready(bufs)._bucket(bucket)
-    inputs = _inputs(inputs)
-    if inputs is not None:
-        _ffi.step_metadata_device_in(bufs._obj, bufs.arena, bucket, *inputs._args())
-    elif bufs.handle:
-        _torch.step_metadata_device_(bufs.arena, bufs.handle, bucket)
-    else:
-        _ffi.step_metadata_device(bufs._obj, bufs.arena, bucket)
+    _run_from(_source(inputs), bufs, "step_metadata_", bucket, None)
 
 
 def advance_step_(bufs: Buffers) -> None:
     """device_steps mode: advances the device step counter (the last node of a step graph, so the
     next replay runs the next step). Staging resets it to 0. Current stream; no sync;
     capture-safe."""
-    _ready(bufs)
-    if bufs.handle:
-        _torch.advance_step_(bufs.arena, bufs.handle)
-    else:
-        _ffi.advance_step(bufs._obj, bufs.arena)
+    _run(_ready(bufs), "advance_step_")
 
 
 class RoundGraph:
@@ -221,11 +188,8 @@ def round_graph(bufs: Buffers, bucket: int, step_body: Any, *,
     bucket = _ready(bufs)._bucket(bucket)
     raw = step_body.raw_cuda_graph() if hasattr(step_body, "raw_cuda_graph") else step_body
     raw = _check.index("step_body", raw)
-    inputs = _inputs(inputs)
-    if inputs is not None:
-        return RoundGraph(bufs, _ffi.round_graph_in(bufs._obj, bufs.arena, bucket, raw,
-                                                    *inputs._args()))
-    return RoundGraph(bufs, _ffi.round_graph(bufs._obj, bufs.arena, bucket, raw))
+    source = _source(inputs)._obj
+    return RoundGraph(bufs, _ffi.round_graph(bufs._obj, bufs.arena, bucket, raw, source))
 
 
 def continue_condition_host(bufs: Buffers, bucket: int, flag: Any, *,
@@ -235,11 +199,7 @@ def continue_condition_host(bufs: Buffers, bucket: int, flag: Any, *,
     over the step body on the host. inputs: as in round_graph. Inline; no stream."""
     bucket = _ready(bufs)._bucket(bucket)
     flag = _tensor(bufs, "flag", flag)
-    inputs = _inputs(inputs)
-    if inputs is not None:
-        _ffi.continue_condition_host_in(bufs._obj, bufs.arena, bucket, flag, *inputs._args())
-    else:
-        _ffi.continue_condition_host(bufs._obj, bufs.arena, bucket, flag)
+    _ffi.continue_condition_host(bufs._obj, bufs.arena, bucket, flag, _source(inputs)._obj)
 
 
 def sparse_stage_(bufs: Buffers, stage: SparseStage) -> None:
@@ -253,10 +213,7 @@ def sparse_stage_(bufs: Buffers, stage: SparseStage) -> None:
     k = stage_kind(stage.kind)
     prev, end, chunk_len, chunk_q_len = (_check.index(f"stage.{f}", getattr(stage, f))
                                          for f in SparseStage._fields[1:])
-    if bufs.handle:
-        _torch.sparse_stage_(bufs.arena, bufs.handle, k, prev, end, chunk_len, chunk_q_len)
-    else:
-        _ffi.sparse_stage(bufs._obj, bufs.arena, k, prev, end, chunk_len, chunk_q_len)
+    _run(bufs, "sparse_stage_", k, prev, end, chunk_len, chunk_q_len)
 
 
 def sparse_stages(seq_len: int, chunk_len: int) -> List[SparseStage]:
@@ -272,10 +229,7 @@ def count_violations_(bufs: Buffers, out: Any) -> Any:
     (e.g. torch._assert_async(out[0] == 0)) or reading it when it synchronises anyway. Current
     stream; no sync; capture-safe. Returns `out`."""
     out = _tensor(_ready(bufs), "out", out)
-    if bufs.handle:
-        _torch.count_violations_(bufs.arena, bufs.handle, out)
-    else:
-        _ffi.count_violations(bufs._obj, bufs.arena, out)
+    _run(bufs, "count_violations_", out)
     return out
 
 
@@ -293,10 +247,7 @@ def check_guards(bufs: Buffers, bucket: Optional[int] = None) -> None:
     _ready(bufs)
     bucket = 0 if bucket is None else _check.index("bucket", bucket)
     bucket = bufs._bucket(bucket) if bucket else 0  # 0 (or None): the last staged one
-    if bufs.handle:
-        _torch.check_guards(bufs.arena, bufs.handle, bucket)
-    else:
-        _ffi.check_guards(bufs._obj, bufs.arena, bucket)
+    _run(bufs, "check_guards", bucket)
 
 
 def _guard_word(index: int, w: Any) -> GuardWord:

@@ -118,13 +118,30 @@ specgraph::draft_buffers buffers_of(const buffers_ref& b, const ffi::TensorView&
 // on the buffers' device); throws invalid_argument naming "req_to_token".
 specgraph::engine_tables tables_of(const buffers_ref& b, const ffi::TensorView& req_to_token);
 
-// ---- CSR outputs and inputs read in place (csr.cpp, inputs.cpp) -----------------------------
-// Throws invalid_argument "formats" for a plan without CSR.
-void check_csr_plan_of(const specgraph::plan& p);
-// The engine's kv_indptr / kv_indices checked against the plan (bind_csr_outputs' checks).
-specgraph::csr_outputs csr_outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
-                                      const ffi::TensorView& kv_indices, const void* arena,
-                                      const ffi::TensorView* req_to_token);
+// ---- round sources and targets (inputs.cpp, csr.cpp) --------------------------------------
+// Every round op takes its source and, where it writes CSR indices, its target as optional
+// arguments with defaults: no source, the inputs staged into the arena; no target, the arena.
+
+// The engine's static inputs checked once by bind_inputs (Python's specgraph.BoundInputs holds
+// it): the checked engine_inputs, the tensors they point into (kept alive) and the plan and
+// device they were checked against.
+class inputs_obj : public ffi::Object {
+ public:
+  std::shared_ptr<const specgraph::plan> plan;
+  DLDevice device{kDLCPU, 0};
+  specgraph::engine_inputs in;
+  ffi::Tensor req_pool_indices, seq_lens, out_cache_loc;
+  ffi::Optional<ffi::Tensor> real_batch;
+  static constexpr bool _type_mutable = false;
+  TVM_FFI_DECLARE_OBJECT_INFO_FINAL("specgraph.BoundInputs", inputs_obj, ffi::Object);
+};
+class inputs_ref : public ffi::ObjectRef {
+ public:
+  explicit inputs_ref(ffi::ObjectPtr<inputs_obj> n) : ffi::ObjectRef(std::move(n)) {}
+  TVM_FFI_DEFINE_OBJECT_REF_METHODS_NOTNULLABLE(inputs_ref, ffi::ObjectRef, inputs_obj);
+};
+using source_arg = ffi::Optional<inputs_ref>;  // None: the staged inputs
+using opt_tensor = ffi::Optional<ffi::Tensor>;
 
 // The engine's static inputs read in place (inputs.cpp), each tensor checked against the plan
 // (dtype, shape, strides, device): invalid_argument names the tensor, its dtype, shape and
@@ -132,7 +149,39 @@ specgraph::csr_outputs csr_outputs_of(const buffers_ref& b, const ffi::TensorVie
 specgraph::engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
                                    const ffi::TensorView& seq_lens,
                                    const ffi::TensorView& out_cache_loc,
-                                   const ffi::Optional<ffi::Tensor>& real_batch);
+                                   const opt_tensor& real_batch);
+// The source an op reads: null for the staged inputs, else the bound inputs as bind_inputs
+// checked them (checked again, into `again`, only when bound against another plan or device).
+const specgraph::engine_inputs* source_of(const buffers_ref& b, const source_arg& source,
+                                          specgraph::engine_inputs& again);
+
+// h1: today's C++ round ops spell the source as an overload (with or without engine_inputs);
+// with sources as values this is one call. f(in...) calls the op with the source, if any.
+template <class F>
+void with_source(const specgraph::engine_inputs* in, F&& f) {
+  if (in != nullptr) {
+    f(*in);
+  } else {
+    f();
+  }
+}
+
+// The CSR target an op writes: null for the arena's CSR buffers, else the engine's kv_indptr /
+// kv_indices (both or neither: invalid_argument names the missing one) checked against the plan
+// into `out` (bind_csr_outputs' checks); `arena` and req_to_token must not share memory with them.
+const specgraph::csr_outputs* target_of(const buffers_ref& b, const opt_tensor& kv_indptr,
+                                        const opt_tensor& kv_indices, const void* arena,
+                                        const ffi::TensorView& req_to_token,
+                                        specgraph::csr_outputs& out);
+// h1: as with_source, for the CSR target (an overload with or without csr_outputs today).
+template <class F>
+void with_target(const specgraph::csr_outputs* out, F&& f) {
+  if (out != nullptr) {
+    f(*out);
+  } else {
+    f();
+  }
+}
 
 // ---- executors --------------------------------------------------------------------------------
 // The executor for work on `device`: the host executor for CPU memory; for CUDA memory a cuda

@@ -1,5 +1,6 @@
-// The Python extension's CSR draft-decode index ops (csr_ops.hpp, docs/csr.md): into the plan's
-// arena or into the engine's own kv_indptr / kv_indices tensors. Like ops.cpp, every op takes
+// The Python extension's CSR draft-decode index ops (csr_ops.hpp, docs/csr.md): one function
+// per op, from the staged or the bound inputs (an optional source) into the plan's arena or the
+// engine's own kv_indptr / kv_indices tensors (an optional target). Like ops.cpp, every op takes
 // the arena tensor (its framework decides the stream) and checks everything on the host before
 // it enqueues anything: nothing is written when an argument is refused.
 #include <tvm/ffi/function.h>
@@ -139,64 +140,54 @@ ffi::Array<std::int64_t> csr_check_outputs(buffers_ref b, ffi::TensorView arena,
           out.kv_indices_stride};
 }
 
-void csr_step_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, std::int64_t step,
-                 ffi::TensorView req_to_token) {
-  op_range r(op_id::csr_step_indices);
+// One step's indices (step None: the step the device counter holds, device_steps plans) from
+// the round's source into its target: the arena's CSR buffers, or the engine's kv_indptr /
+// kv_indices given both.
+void csr_step_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
+                 ffi::Optional<std::int64_t> step, ffi::TensorView req_to_token,
+                 opt_tensor kv_indptr, opt_tensor kv_indices, source_arg source) {
+  op_range r(step.has_value() ? op_id::csr_step_indices : op_id::csr_indices_device);
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan(*b->plan);
-  csr_step_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                   int32_arg("step", step), tables_of(b, req_to_token));
+  const engine_tables tables = tables_of(b, req_to_token);
+  csr_outputs held;
+  const csr_outputs* out = target_of(b, kv_indptr, kv_indices, bufs.base(), req_to_token, held);
+  engine_inputs again;
+  const engine_inputs* in = source_of(b, source, again);
+  executor& ex = executor_for(b->device);
+  const std::int32_t at = int32_arg("bucket", bucket);
+  if (!step.has_value()) {
+    with_target(out, [&](const auto&... o) {
+      with_source(in, [&](const auto&... i) {
+        csr_indices_at_device_step(ex, bufs, at, tables, o..., i...);
+      });
+    });
+    return;
+  }
+  const std::int32_t s = int32_arg("step", step.value());
+  with_target(out, [&](const auto&... o) {
+    with_source(in,
+                [&](const auto&... i) { csr_step_indices(ex, bufs, at, s, tables, o..., i...); });
+  });
 }
 
+// Every step of the round at once, from the source into the target (as csr_step_op).
 void csr_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                  ffi::TensorView req_to_token) {
+                  ffi::TensorView req_to_token, opt_tensor kv_indptr, opt_tensor kv_indices,
+                  source_arg source) {
   op_range r(op_id::csr_round_indices);
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan(*b->plan);
-  csr_round_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                    tables_of(b, req_to_token));
-}
-
-void csr_step_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, std::int64_t step,
-                     ffi::TensorView req_to_token, ffi::TensorView kv_indptr,
-                     ffi::TensorView kv_indices) {
-  op_range r(op_id::csr_step_indices);
-  const draft_buffers bufs = buffers_of(b, arena);
   const engine_tables tables = tables_of(b, req_to_token);
-  const csr_outputs out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
-  csr_step_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                   int32_arg("step", step), tables, out);
-}
-
-void csr_round_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                      ffi::TensorView req_to_token, ffi::TensorView kv_indptr,
-                      ffi::TensorView kv_indices) {
-  op_range r(op_id::csr_round_indices);
-  const draft_buffers bufs = buffers_of(b, arena);
-  const engine_tables tables = tables_of(b, req_to_token);
-  const csr_outputs out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
-  csr_round_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), tables, out);
-}
-
-// Device step counter (device_steps plans): the step the counter holds when the kernels run.
-void csr_device_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                   ffi::TensorView req_to_token) {
-  op_range r(op_id::csr_indices_device);
-  const draft_buffers bufs = buffers_of(b, arena);
-  check_csr_plan(*b->plan);
-  csr_indices_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                             tables_of(b, req_to_token));
-}
-
-void csr_device_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                       ffi::TensorView req_to_token, ffi::TensorView kv_indptr,
-                       ffi::TensorView kv_indices) {
-  op_range r(op_id::csr_indices_device);
-  const draft_buffers bufs = buffers_of(b, arena);
-  const engine_tables tables = tables_of(b, req_to_token);
-  const csr_outputs out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
-  csr_indices_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket), tables,
-                             out);
+  csr_outputs held;
+  const csr_outputs* out = target_of(b, kv_indptr, kv_indices, bufs.base(), req_to_token, held);
+  engine_inputs again;
+  const engine_inputs* in = source_of(b, source, again);
+  executor& ex = executor_for(b->device);
+  const std::int32_t at = int32_arg("bucket", bucket);
+  with_target(out, [&](const auto&... o) {
+    with_source(in, [&](const auto&... i) { csr_round_indices(ex, bufs, at, tables, o..., i...); });
+  });
 }
 
 // ---- specgraph.metadata.draft_kv_indices: the kernels' host twin on host arrays ---------------
@@ -337,14 +328,18 @@ ffi::Array<ffi::Any> kv_indices_run_host(
 
 }  // namespace
 
-// For inputs.cpp (the CSR ops reading an engine's inputs in place).
-void check_csr_plan_of(const plan& p) {
-  check_csr_plan(p);
-}
-csr_outputs csr_outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
-                           const ffi::TensorView& kv_indices, const void* arena,
-                           const ffi::TensorView* req_to_token) {
-  return outputs_of(b, kv_indptr, kv_indices, arena, req_to_token);
+const csr_outputs* target_of(const buffers_ref& b, const opt_tensor& kv_indptr,
+                             const opt_tensor& kv_indices, const void* arena,
+                             const ffi::TensorView& req_to_token, csr_outputs& out) {
+  if (!kv_indptr.has_value() && !kv_indices.has_value()) return nullptr;  // the arena
+  SPECGRAPH_EXPECTS(kv_indptr.has_value(), "kv_indptr",
+                    "not given with kv_indices: the engine's outputs are both or neither");
+  SPECGRAPH_EXPECTS(kv_indices.has_value(), "kv_indices",
+                    "not given with kv_indptr: the engine's outputs are both or neither");
+  const ffi::Tensor indptr_held = kv_indptr.value(), indices_held = kv_indices.value();
+  out = outputs_of(b, ffi::TensorView(indptr_held), ffi::TensorView(indices_held), arena,
+                   &req_to_token);
+  return &out;
 }
 
 TVM_FFI_STATIC_INIT_BLOCK() {
@@ -353,10 +348,6 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("specgraph.csr_check_outputs", checked<&csr_check_outputs>::call)
       .def("specgraph.csr_step_indices", checked<&csr_step_op>::call)
       .def("specgraph.csr_round_indices", checked<&csr_round_op>::call)
-      .def("specgraph.csr_step_indices_out", checked<&csr_step_out_op>::call)
-      .def("specgraph.csr_round_indices_out", checked<&csr_round_out_op>::call)
-      .def("specgraph.csr_indices_device", checked<&csr_device_op>::call)
-      .def("specgraph.csr_indices_device_out", checked<&csr_device_out_op>::call)
       .def("specgraph.kv_indices_used_host", checked<&kv_indices_used_host>::call)
       .def("specgraph.kv_indices_run_host", checked<&kv_indices_run_host>::call);
 }

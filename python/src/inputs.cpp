@@ -1,17 +1,18 @@
 // The Python extension's inputs read in place (engine_inputs.hpp): an engine's own static input
 // tensors (req_pool_indices, seq_lens, out_cache_loc, optionally real_batch) checked once by
-// inputs_check, then passed with every op call, which reads them where they are (any int32 /
-// int64 dtype and strides, baked into a capture). As in ops.cpp, the arena tensor is an argument
-// of every op so that tvm-ffi sets torch's current stream for the call.
+// bind_inputs into a BoundInputs object, which the round ops take as their optional source and
+// read where they are (any int32 / int64 dtype and strides, baked into a capture). As in ops.cpp,
+// the arena tensor is an argument of every op so that tvm-ffi sets torch's current stream for
+// the call.
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/optional.h>
 #include <tvm/ffi/reflection/registry.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "python/src/binding.hpp"
-#include "specgraph/csr_ops.hpp"
 #include "specgraph/engine_inputs.hpp"
 
 namespace specgraph::python {
@@ -91,7 +92,7 @@ engine_slots slots_of(const ffi::TensorView& t, const buffers_ref& b) {
 
 engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
                         const ffi::TensorView& seq_lens, const ffi::TensorView& out_cache_loc,
-                        const ffi::Optional<ffi::Tensor>& real_batch) {
+                        const opt_tensor& real_batch) {
   engine_inputs in;
   in.req_pool_index = index_of("req_pool_indices", req_pool_indices, b);
   in.seq_len = index_of("seq_lens", seq_lens, b);
@@ -110,13 +111,32 @@ engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_in
   return in;
 }
 
+const engine_inputs* source_of(const buffers_ref& b, const source_arg& source,
+                               engine_inputs& again) {
+  if (!source.has_value()) return nullptr;
+  const inputs_obj* s = source.value().get();
+  const bool same_device =
+      s->device.device_type == b->device.device_type && s->device.device_id == b->device.device_id;
+  if (s->plan == b->plan && same_device) return &s->in;  // checked once, by bind_inputs
+  again = inputs_of(b, s->req_pool_indices, s->seq_lens, s->out_cache_loc, s->real_batch);
+  return &again;
+}
+
 namespace {
 
-using opt_tensor = ffi::Optional<ffi::Tensor>;
-
-void inputs_check(buffers_ref b, ffi::TensorView req_pool_indices, ffi::TensorView seq_lens,
-                  ffi::TensorView out_cache_loc, opt_tensor real_batch) {
-  (void)inputs_of(b, req_pool_indices, seq_lens, out_cache_loc, real_batch);
+// specgraph.bind_inputs: the tensors checked against the buffers' plan once; the object the
+// round ops take as their source. Host work only.
+inputs_ref bind_inputs(buffers_ref b, ffi::Tensor req_pool_indices, ffi::Tensor seq_lens,
+                       ffi::Tensor out_cache_loc, opt_tensor real_batch) {
+  auto n = ffi::make_object<inputs_obj>();
+  n->in = inputs_of(b, req_pool_indices, seq_lens, out_cache_loc, real_batch);
+  n->plan = b->plan;
+  n->device = b->device;
+  n->req_pool_indices = std::move(req_pool_indices);
+  n->seq_lens = std::move(seq_lens);
+  n->out_cache_loc = std::move(out_cache_loc);
+  n->real_batch = std::move(real_batch);
+  return inputs_ref(std::move(n));
 }
 
 void begin_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t max_depth,
@@ -126,73 +146,14 @@ void begin_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t max_depth
               static_cast<float>(min_confidence));
 }
 
-void round_setup_in(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                    ffi::TensorView req_to_token, ffi::TensorView pool, ffi::TensorView seq,
-                    ffi::TensorView slots, opt_tensor real_batch) {
-  op_range r(op_id::round_setup);
-  const draft_buffers bufs = buffers_of(b, arena);
-  setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-              tables_of(b, req_to_token), inputs_of(b, pool, seq, slots, real_batch));
-}
-
-void step_metadata_in(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, std::int64_t step,
-                      ffi::TensorView pool, ffi::TensorView seq, ffi::TensorView slots,
-                      opt_tensor real_batch) {
-  op_range r(op_id::step_metadata);
-  const draft_buffers bufs = buffers_of(b, arena);
-  step_metadata(executor_for(b->device), bufs, int32_arg("bucket", bucket), int32_arg("step", step),
-                inputs_of(b, pool, seq, slots, real_batch));
-}
-
-void step_metadata_device_in(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                             ffi::TensorView pool, ffi::TensorView seq, ffi::TensorView slots,
-                             opt_tensor real_batch) {
-  op_range r(op_id::step_metadata_device);
-  const draft_buffers bufs = buffers_of(b, arena);
-  step_metadata_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                               inputs_of(b, pool, seq, slots, real_batch));
-}
-
-// The CSR ops (kind 0: csr_step_indices, 1: csr_round_indices, 2: csr_indices_at_device_step)
-// reading the inputs in place, into the arena or, when both are given, the engine's outputs.
-void csr_in(buffers_ref b, ffi::TensorView arena, std::int64_t kind, std::int64_t bucket,
-            std::int64_t step, ffi::TensorView req_to_token, ffi::TensorView pool,
-            ffi::TensorView seq, ffi::TensorView slots, opt_tensor real_batch, opt_tensor kv_indptr,
-            opt_tensor kv_indices) {
-  op_range r(kind == 0   ? op_id::csr_step_indices
-             : kind == 1 ? op_id::csr_round_indices
-                         : op_id::csr_indices_device);
-  const draft_buffers bufs = buffers_of(b, arena);
-  check_csr_plan_of(*b->plan);
-  const engine_tables tables = tables_of(b, req_to_token);
-  const engine_inputs in = inputs_of(b, pool, seq, slots, real_batch);
-  executor& ex = executor_for(b->device);
-  const std::int32_t at = int32_arg("bucket", bucket);
-  if (kv_indptr.has_value() && kv_indices.has_value()) {
-    const ffi::Tensor indptr_held = kv_indptr.value(), indices_held = kv_indices.value();
-    const ffi::TensorView indptr(indptr_held), indices(indices_held);
-    const csr_outputs out = csr_outputs_of(b, indptr, indices, bufs.base(), &req_to_token);
-    if (kind == 0) csr_step_indices(ex, bufs, at, int32_arg("step", step), tables, out, in);
-    if (kind == 1) csr_round_indices(ex, bufs, at, tables, out, in);
-    if (kind == 2) csr_indices_at_device_step(ex, bufs, at, tables, out, in);
-    return;
-  }
-  if (kind == 0) csr_step_indices(ex, bufs, at, int32_arg("step", step), tables, in);
-  if (kind == 1) csr_round_indices(ex, bufs, at, tables, in);
-  if (kind == 2) csr_indices_at_device_step(ex, bufs, at, tables, in);
-}
-
 }  // namespace
 
 TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
+  refl::ObjectDef<inputs_obj>();
   refl::GlobalDef()
-      .def("specgraph.inputs_check", checked<&inputs_check>::call)
-      .def("specgraph.begin_round", checked<&begin_round_op>::call)
-      .def("specgraph.round_setup_in", checked<&round_setup_in>::call)
-      .def("specgraph.step_metadata_in", checked<&step_metadata_in>::call)
-      .def("specgraph.step_metadata_device_in", checked<&step_metadata_device_in>::call)
-      .def("specgraph.csr_in", checked<&csr_in>::call);
+      .def("specgraph.bind_inputs", checked<&bind_inputs>::call)
+      .def("specgraph.begin_round", checked<&begin_round_op>::call);
 }
 
 }  // namespace specgraph::python

@@ -190,27 +190,35 @@ std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
   return staged;
 }
 
+// The round's step-0 work, from the staged inputs or the bound ones (source).
 void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                 ffi::TensorView req_to_token) {
+                 ffi::TensorView req_to_token, source_arg source) {
   op_range r(op_id::round_setup);
   const draft_buffers bufs = buffers_of(b, arena);
-  setup_round(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-              tables_of(b, req_to_token));
+  const engine_tables tables = tables_of(b, req_to_token);
+  const std::int32_t at = int32_arg("bucket", bucket);
+  engine_inputs again;
+  with_source(source_of(b, source, again), [&](const auto&... in) {
+    setup_round(executor_for(b->device), bufs, at, tables, in...);
+  });
 }
 
+// One step's expand metadata; step None: the step the device counter holds (device_steps mode,
+// docs/device-rounds.md).
 void step_metadata_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                      std::int64_t step) {
-  op_range r(op_id::step_metadata);
+                      ffi::Optional<std::int64_t> step, source_arg source) {
+  op_range r(step.has_value() ? op_id::step_metadata : op_id::step_metadata_device);
   const draft_buffers bufs = buffers_of(b, arena);
-  step_metadata(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                int32_arg("step", step));
-}
-
-// device_steps mode: the step is the device counter's (docs/device-rounds.md).
-void step_metadata_device_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket) {
-  op_range r(op_id::step_metadata_device);
-  const draft_buffers bufs = buffers_of(b, arena);
-  step_metadata_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket));
+  const std::int32_t at = int32_arg("bucket", bucket);
+  executor& ex = executor_for(b->device);
+  engine_inputs again;
+  const engine_inputs* in = source_of(b, source, again);
+  if (step.has_value()) {
+    const std::int32_t s = int32_arg("step", step.value());
+    with_source(in, [&](const auto&... i) { step_metadata(ex, bufs, at, s, i...); });
+  } else {
+    with_source(in, [&](const auto&... i) { step_metadata_at_device_step(ex, bufs, at, i...); });
+  }
 }
 
 void advance_step_op(buffers_ref b, ffi::TensorView arena) {
@@ -343,7 +351,6 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("specgraph.stage", checked<&stage>::call)
       .def("specgraph.round_setup", checked<&round_setup>::call)
       .def("specgraph.step_metadata", checked<&step_metadata_op>::call)
-      .def("specgraph.step_metadata_device", checked<&step_metadata_device_op>::call)
       .def("specgraph.advance_step", checked<&advance_step_op>::call)
       .def("specgraph.sparse_stage", checked<&sparse_stage_op>::call)
       .def("specgraph.count_violations", checked<&count_violations_op>::call)

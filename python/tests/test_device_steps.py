@@ -118,8 +118,9 @@ def test_device_step_ops_pass_opcheck():
     specgraph.stage_(bufs, 0, z, z, z, bucket=plan.buckets[-1])
     specgraph.round_setup_(bufs, plan.buckets[-1],
                            torch.zeros(cfg.pool_rows, cfg.max_context_len, dtype=torch.int32))
-    torch.library.opcheck(torch.ops.specgraph.step_metadata_device_.default,
-                          (arena, bufs.handle, plan.buckets[-1]))
+    # step_metadata_device_ is step_metadata_ with step None (the device counter's step)
+    torch.library.opcheck(torch.ops.specgraph.step_metadata_.default,
+                          (arena, bufs.handle, plan.buckets[-1], None))
     torch.library.opcheck(torch.ops.specgraph.advance_step_.default, (arena, bufs.handle))
     assert "Tensor(a!) arena" in str(torch.ops.specgraph.advance_step_.default._schema)
 
