@@ -122,17 +122,17 @@ specgraph::engine_tables tables_of(const buffers_ref& b, const ffi::TensorView& 
 // Throws invalid_argument "formats" for a plan without CSR.
 void check_csr_plan_of(const specgraph::plan& p);
 // The engine's kv_indptr / kv_indices checked against the plan (bind_csr_outputs' checks).
-specgraph::csr_outputs csr_outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
-                                      const ffi::TensorView& kv_indices, const void* arena,
-                                      const ffi::TensorView* req_to_token);
+specgraph::csr_target csr_outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
+                                     const ffi::TensorView& kv_indices, const void* arena,
+                                     const ffi::TensorView* req_to_token);
 
 // The engine's static inputs read in place (inputs.cpp), each tensor checked against the plan
 // (dtype, shape, strides, device): invalid_argument names the tensor, its dtype, shape and
 // strides and what is needed.
-specgraph::engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
-                                   const ffi::TensorView& seq_lens,
-                                   const ffi::TensorView& out_cache_loc,
-                                   const ffi::Optional<ffi::Tensor>& real_batch);
+specgraph::round_source inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
+                                  const ffi::TensorView& seq_lens,
+                                  const ffi::TensorView& out_cache_loc,
+                                  const ffi::Optional<ffi::Tensor>& real_batch);
 
 // ---- executors --------------------------------------------------------------------------------
 // The executor for work on `device`: the host executor for CPU memory; for CUDA memory a cuda

@@ -67,9 +67,9 @@ bool overlap(const void* a, std::int64_t a_bytes, const void* b, std::int64_t b_
 // The engine's kv_indptr / kv_indices checked against the plan's exact capacities, named in
 // every refusal with its size and the size needed; `arena` and `req_to_token` (either may be
 // null) must not share memory with them.
-csr_outputs outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
-                       const ffi::TensorView& kv_indices, const void* arena,
-                       const ffi::TensorView* req_to_token) {
+csr_target outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
+                      const ffi::TensorView& kv_indices, const void* arena,
+                      const ffi::TensorView* req_to_token) {
   const plan& p = *b->plan;
   check_csr_plan(p);
   const draft_config& c = p.config;
@@ -125,8 +125,7 @@ csr_outputs outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
   out.kv_indices_type = i64 ? index_type::int64 : index_type::int32;
   out.kv_indices_stride = ix.stride;
   out.kv_indices_size = ix.rows == 0 ? 0 : (ix.rows - 1) * ix.stride + ix.width;
-  check_csr_outputs(p, out);  // the library's own bind-time check (the same sizes)
-  return out;
+  return csr_target(p, out);  // the library's own bind-time check (the same sizes)
 }
 
 // Bind time (no op): the outputs checked once; returns [kv_indices is int64, kv_indptr's row
@@ -134,7 +133,7 @@ csr_outputs outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
 ffi::Array<std::int64_t> csr_check_outputs(buffers_ref b, ffi::TensorView arena,
                                            ffi::TensorView kv_indptr, ffi::TensorView kv_indices) {
   const csr_outputs out =
-      outputs_of(b, kv_indptr, kv_indices, buffers_of(b, arena).base(), nullptr);
+      outputs_of(b, kv_indptr, kv_indices, buffers_of(b, arena).base(), nullptr).outputs();
   return {out.kv_indices_type == index_type::int64 ? 1 : 0, out.kv_indptr_stride,
           out.kv_indices_stride};
 }
@@ -144,8 +143,8 @@ void csr_step_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, std:
   op_range r(op_id::csr_step_indices);
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan(*b->plan);
-  csr_step_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                   int32_arg("step", step), tables_of(b, req_to_token));
+  csr_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), int32_arg("step", step),
+              tables_of(b, req_to_token));
 }
 
 void csr_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
@@ -153,8 +152,8 @@ void csr_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   op_range r(op_id::csr_round_indices);
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan(*b->plan);
-  csr_round_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                    tables_of(b, req_to_token));
+  csr_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), whole_round,
+              tables_of(b, req_to_token));
 }
 
 void csr_step_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, std::int64_t step,
@@ -163,9 +162,9 @@ void csr_step_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, 
   op_range r(op_id::csr_step_indices);
   const draft_buffers bufs = buffers_of(b, arena);
   const engine_tables tables = tables_of(b, req_to_token);
-  const csr_outputs out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
-  csr_step_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                   int32_arg("step", step), tables, out);
+  const csr_target out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
+  csr_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), int32_arg("step", step),
+              tables, out);
 }
 
 void csr_round_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
@@ -174,8 +173,8 @@ void csr_round_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   op_range r(op_id::csr_round_indices);
   const draft_buffers bufs = buffers_of(b, arena);
   const engine_tables tables = tables_of(b, req_to_token);
-  const csr_outputs out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
-  csr_round_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), tables, out);
+  const csr_target out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
+  csr_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), whole_round, tables, out);
 }
 
 // Device step counter (device_steps plans): the step the counter holds when the kernels run.
@@ -184,8 +183,8 @@ void csr_device_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   op_range r(op_id::csr_indices_device);
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan(*b->plan);
-  csr_indices_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                             tables_of(b, req_to_token));
+  csr_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), at_device_step,
+              tables_of(b, req_to_token));
 }
 
 void csr_device_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
@@ -194,9 +193,9 @@ void csr_device_out_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket
   op_range r(op_id::csr_indices_device);
   const draft_buffers bufs = buffers_of(b, arena);
   const engine_tables tables = tables_of(b, req_to_token);
-  const csr_outputs out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
-  csr_indices_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket), tables,
-                             out);
+  const csr_target out = outputs_of(b, kv_indptr, kv_indices, bufs.base(), &req_to_token);
+  csr_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), at_device_step, tables,
+              out);
 }
 
 // ---- specgraph.metadata.draft_kv_indices: the kernels' host twin on host arrays ---------------
@@ -341,9 +340,9 @@ ffi::Array<ffi::Any> kv_indices_run_host(
 void check_csr_plan_of(const plan& p) {
   check_csr_plan(p);
 }
-csr_outputs csr_outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
-                           const ffi::TensorView& kv_indices, const void* arena,
-                           const ffi::TensorView* req_to_token) {
+csr_target csr_outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
+                          const ffi::TensorView& kv_indices, const void* arena,
+                          const ffi::TensorView* req_to_token) {
   return outputs_of(b, kv_indptr, kv_indices, arena, req_to_token);
 }
 

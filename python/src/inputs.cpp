@@ -89,9 +89,9 @@ engine_slots slots_of(const ffi::TensorView& t, const buffers_ref& b) {
 
 }  // namespace
 
-engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
-                        const ffi::TensorView& seq_lens, const ffi::TensorView& out_cache_loc,
-                        const ffi::Optional<ffi::Tensor>& real_batch) {
+round_source inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
+                       const ffi::TensorView& seq_lens, const ffi::TensorView& out_cache_loc,
+                       const ffi::Optional<ffi::Tensor>& real_batch) {
   engine_inputs in;
   in.req_pool_index = index_of("req_pool_indices", req_pool_indices, b);
   in.seq_len = index_of("seq_lens", seq_lens, b);
@@ -106,8 +106,7 @@ engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_in
     on_device("real_batch", t, b, needed);
     in.real_batch = static_cast<const std::int32_t*>(address_of(t));
   }
-  check_engine_inputs(*b->plan, in);
-  return in;
+  return round_source(*b->plan, in);  // check_engine_inputs, once per call
 }
 
 namespace {
@@ -149,8 +148,8 @@ void step_metadata_device_in(buffers_ref b, ffi::TensorView arena, std::int64_t 
                              opt_tensor real_batch) {
   op_range r(op_id::step_metadata_device);
   const draft_buffers bufs = buffers_of(b, arena);
-  step_metadata_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket),
-                               inputs_of(b, pool, seq, slots, real_batch));
+  step_metadata(executor_for(b->device), bufs, int32_arg("bucket", bucket), at_device_step,
+                inputs_of(b, pool, seq, slots, real_batch));
 }
 
 // The CSR ops (kind 0: csr_step_indices, 1: csr_round_indices, 2: csr_indices_at_device_step)
@@ -165,21 +164,19 @@ void csr_in(buffers_ref b, ffi::TensorView arena, std::int64_t kind, std::int64_
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan_of(*b->plan);
   const engine_tables tables = tables_of(b, req_to_token);
-  const engine_inputs in = inputs_of(b, pool, seq, slots, real_batch);
+  const round_source in = inputs_of(b, pool, seq, slots, real_batch);
   executor& ex = executor_for(b->device);
   const std::int32_t at = int32_arg("bucket", bucket);
+  csr_target out;
   if (kv_indptr.has_value() && kv_indices.has_value()) {
     const ffi::Tensor indptr_held = kv_indptr.value(), indices_held = kv_indices.value();
     const ffi::TensorView indptr(indptr_held), indices(indices_held);
-    const csr_outputs out = csr_outputs_of(b, indptr, indices, bufs.base(), &req_to_token);
-    if (kind == 0) csr_step_indices(ex, bufs, at, int32_arg("step", step), tables, out, in);
-    if (kind == 1) csr_round_indices(ex, bufs, at, tables, out, in);
-    if (kind == 2) csr_indices_at_device_step(ex, bufs, at, tables, out, in);
-    return;
+    out = csr_outputs_of(b, indptr, indices, bufs.base(), &req_to_token);
   }
-  if (kind == 0) csr_step_indices(ex, bufs, at, int32_arg("step", step), tables, in);
-  if (kind == 1) csr_round_indices(ex, bufs, at, tables, in);
-  if (kind == 2) csr_indices_at_device_step(ex, bufs, at, tables, in);
+  const round_step which = kind == 0   ? round_step(int32_arg("step", step))
+                           : kind == 1 ? whole_round
+                                       : at_device_step;
+  csr_indices(ex, bufs, at, which, tables, out, in);
 }
 
 }  // namespace

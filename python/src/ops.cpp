@@ -210,7 +210,7 @@ void step_metadata_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
 void step_metadata_device_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket) {
   op_range r(op_id::step_metadata_device);
   const draft_buffers bufs = buffers_of(b, arena);
-  step_metadata_at_device_step(executor_for(b->device), bufs, int32_arg("bucket", bucket));
+  step_metadata(executor_for(b->device), bufs, int32_arg("bucket", bucket), at_device_step);
 }
 
 void advance_step_op(buffers_ref b, ffi::TensorView arena) {

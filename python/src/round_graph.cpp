@@ -53,9 +53,9 @@ void expect_own_arena(const buffers_ref& b, const ffi::TensorView& arena) {
 // Wraps the engine's step body (a cudaGraph_t, e.g. torch.cuda.CUDAGraph(keep_graph=True)
 // .raw_cuda_graph()) into the bucket's round and instantiates it (uploaded on the current
 // stream). Host work; not inside a capture.
-// `in`: the engine's inputs read in place (the condition reads in->real_batch), or null.
+// `in`: the engine's inputs read in place (the condition reads their real_batch), or staged.
 round_graph_ref round_graph_of(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                               std::int64_t cuda_graph, const engine_inputs* in) {
+                               std::int64_t cuda_graph, const round_source& in) {
   expect_cuda_arena(b,
                     "a round graph wraps a CUDA graph; on CPU memory loop over the body "
                     "with continue_condition_host");
@@ -65,9 +65,7 @@ round_graph_ref round_graph_of(buffers_ref b, ffi::TensorView arena, std::int64_
   const std::int32_t at = int32_arg("bucket", bucket);
   const std::unique_ptr<graph> body =
       import_cuda_graph(reinterpret_cast<void*>(static_cast<std::uintptr_t>(cuda_graph)));
-  const std::unique_ptr<graph> round =
-      in != nullptr ? capture_device_depth_round(ex, b->buffers, at, *body, *in)
-                    : capture_device_depth_round(ex, b->buffers, at, *body);
+  const std::unique_ptr<graph> round = capture_device_depth_round(ex, b->buffers, at, *body, in);
   auto n = ffi::make_object<round_graph_obj>(b);
   n->bucket = at;
   n->exec = ex.instantiate(*round);
@@ -76,15 +74,14 @@ round_graph_ref round_graph_of(buffers_ref b, ffi::TensorView arena, std::int64_
 
 round_graph_ref make_round_graph(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                                  std::int64_t cuda_graph) {
-  return round_graph_of(b, arena, bucket, cuda_graph, nullptr);
+  return round_graph_of(b, arena, bucket, cuda_graph, round_source{});
 }
 
 round_graph_ref make_round_graph_in(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                                     std::int64_t cuda_graph, ffi::TensorView pool,
                                     ffi::TensorView seq, ffi::TensorView slots,
                                     ffi::Optional<ffi::Tensor> real_batch) {
-  const engine_inputs in = inputs_of(b, pool, seq, slots, real_batch);
-  return round_graph_of(b, arena, bucket, cuda_graph, &in);
+  return round_graph_of(b, arena, bucket, cuda_graph, inputs_of(b, pool, seq, slots, real_batch));
 }
 
 // One launch of the round on the current stream: the body runs while the condition holds.
@@ -102,7 +99,7 @@ std::int64_t round_graph_bucket(round_graph_ref g) {
 // flag (int32 [1]): 1 while the step is below max_depth and a real row's confidence reaches
 // min_confidence. The same kernel the round graph runs after each body.
 void condition_host(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, ffi::TensorView flag,
-                    const engine_inputs* in) {
+                    const round_source& in) {
   SPECGRAPH_EXPECTS(b->device.device_type == kDLCPU, "arena",
                     "on " + describe_device(b->device) +
                         ": on a GPU the condition sets a graph's WHILE node (round_graph)");
@@ -114,23 +111,18 @@ void condition_host(buffers_ref b, ffi::TensorView arena, std::int64_t bucket, f
   const auto handle =
       static_cast<conditional_handle>(reinterpret_cast<std::uintptr_t>(address_of(flag)));
   const std::int32_t at = int32_arg("bucket", bucket);
-  if (in != nullptr) {
-    continue_while_confident(executor_for(b->device), b->buffers, at, handle, *in);
-  } else {
-    continue_while_confident(executor_for(b->device), b->buffers, at, handle);
-  }
+  continue_while_confident(executor_for(b->device), b->buffers, at, handle, in);
 }
 
 void continue_condition_host(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                              ffi::TensorView flag) {
-  condition_host(b, arena, bucket, flag, nullptr);
+  condition_host(b, arena, bucket, flag, round_source{});
 }
 
 void continue_condition_host_in(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                                 ffi::TensorView flag, ffi::TensorView pool, ffi::TensorView seq,
                                 ffi::TensorView slots, ffi::Optional<ffi::Tensor> real_batch) {
-  const engine_inputs in = inputs_of(b, pool, seq, slots, real_batch);
-  condition_host(b, arena, bucket, flag, &in);
+  condition_host(b, arena, bucket, flag, inputs_of(b, pool, seq, slots, real_batch));
 }
 
 }  // namespace
