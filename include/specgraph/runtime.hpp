@@ -172,7 +172,8 @@ class draft_runtime {
   // in the staged inputs). Host work only: no stream, no sync; not during capture.
   void bind_inputs(const engine_inputs& in);
   bool inputs_bound() const noexcept { return !source_.staged(); }
-  // Where the round's ops read: the staged inputs, or the bound ones (bind_inputs).
+  // Where the round's ops read: the staged inputs, or the bound ones (bind_inputs). Host only:
+  // no stream, no sync.
   const round_source& source() const noexcept { return source_; }
   // With inputs bound: the next round replays `bucket` (a planned bucket, e.g. the engine's own
   // padded batch size; invalid_argument "bucket" otherwise), reading what the engine wrote into

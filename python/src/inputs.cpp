@@ -152,8 +152,9 @@ void step_metadata_device_in(buffers_ref b, ffi::TensorView arena, std::int64_t 
                 inputs_of(b, pool, seq, slots, real_batch));
 }
 
-// The CSR ops (kind 0: csr_step_indices, 1: csr_round_indices, 2: csr_indices_at_device_step)
-// reading the inputs in place, into the arena or, when both are given, the engine's outputs.
+// The CSR ops (kind 0: csr_step_indices, 1: csr_round_indices, 2: csr_indices_device: in C++
+// one csr_indices at a step, whole_round or at_device_step) reading the inputs in place, into
+// the arena or, when both are given, the engine's outputs.
 void csr_in(buffers_ref b, ffi::TensorView arena, std::int64_t kind, std::int64_t bucket,
             std::int64_t step, ffi::TensorView req_to_token, ffi::TensorView pool,
             ffi::TensorView seq, ffi::TensorView slots, opt_tensor real_batch, opt_tensor kv_indptr,
