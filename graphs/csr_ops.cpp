@@ -1,18 +1,20 @@
 // The CSR draft-decode index operations (csr_ops.hpp) over a plan's buffers.
 #include "specgraph/csr_ops.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "device/checks.hpp"
 #include "graphs/input_reads.hpp"
-#include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/kv_indices.hpp"
 
 namespace specgraph {
 namespace {
+
+std::atomic<std::int64_t> output_checks{0};
 
 void check_csr_plan(const plan& p, std::int32_t bucket) {
   SPECGRAPH_EXPECTS(!p.layout.csr_kv_indices.empty(), "formats",
@@ -69,24 +71,43 @@ void launch_checked(executor& ex, const draft_buffers& b, const kv_indices_param
   launch_draft_kv_indices(ex, k);
 }
 
-// One step into the plan's arena: kv_indptr row `first_step` (max_rows + 1 wide) and that
-// step's own kv_indices buffer (the plan's steps are separate, aligned buffers).
-void launch_into_arena(executor& ex, const draft_buffers& b, kv_indices_params k) {
-  const std::int64_t max_rows = b.plan().max_rows();
-  k.kv_indptr = b.csr_kv_indptr() + k.first_step * (max_rows + 1);
-  k.kv_indptr_stride = max_rows + 1;
-  void* indices = b.csr_kv_indices(k.first_step);
-  if (b.plan().config.csr_int64) {
+// The one pointer block: where launch steps first_step, first_step + 1, ... write. The arena:
+// kv_indptr rows max_rows + 1 apart, step s's own kv_indices buffer (with device_steps the
+// steps csr_kv_indices_stride apart, else 0: one step per launch); the engine's buffers: rows
+// and steps at their strides, in their index type.
+void point_outputs(kv_indices_params& k, const draft_buffers& b, const csr_target& out) {
+  const plan& p = b.plan();
+  const std::int64_t s = k.first_step;
+  std::int32_t* indptr = nullptr;
+  void* indices = nullptr;
+  bool int64 = false;
+  if (out.arena()) {
+    k.kv_indptr_stride = p.max_rows() + 1;
+    k.kv_indices_stride = p.layout.csr_kv_indices_stride;
+    indptr = b.csr_kv_indptr();
+    indices = b.csr_kv_indices(k.first_step);  // already step s's
+    int64 = p.config.csr_int64;
+  } else {
+    const csr_outputs& o = out.outputs();  // checked when the target was made
+    k.kv_indptr_stride = o.kv_indptr_stride;
+    k.kv_indices_stride = o.kv_indices_stride;
+    indptr = o.kv_indptr;
+    int64 = o.kv_indices_type == index_type::int64;
+    indices = static_cast<unsigned char*>(o.kv_indices) +
+              s * o.kv_indices_stride * (int64 ? sizeof(std::int64_t) : sizeof(std::int32_t));
+  }
+  k.kv_indptr = indptr + s * k.kv_indptr_stride;
+  if (int64) {
     k.kv_indices_i64 = static_cast<std::int64_t*>(indices);
   } else {
     k.kv_indices_i32 = static_cast<std::int32_t*>(indices);
   }
-  launch_checked(ex, b, k);
 }
 
 }  // namespace
 
 void check_csr_outputs(const plan& p, const csr_outputs& out) {
+  output_checks.fetch_add(1, std::memory_order_relaxed);
   const draft_config& c = p.config;
   const std::int64_t rows = p.max_rows();
   const std::int64_t widest = rows * (static_cast<std::int64_t>(c.max_context_len) + c.num_steps);
@@ -105,147 +126,41 @@ void check_csr_outputs(const plan& p, const csr_outputs& out) {
                         " needed (step s holds max_rows * (max_context_len + s + 1))");
 }
 
-namespace {
-
-using detail::round_reads;
-
-void step_into_arena(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-                     const engine_tables& tables, const round_reads& in) {
-  launch_into_arena(ex, b, csr_params(b, bucket, step, 1, tables, in));
+csr_target::csr_target(const plan& p, const csr_outputs& out) : plan_(&p), outputs_(out) {
+  check_csr_outputs(p, out);
 }
 
-void step_into(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-               const engine_tables& tables, const csr_outputs& out, const round_reads& in) {
-  kv_indices_params k = csr_params(b, bucket, step, 1, tables, in);
-  check_csr_outputs(b.plan(), out);
-  k.kv_indptr = out.kv_indptr + step * out.kv_indptr_stride;
-  k.kv_indptr_stride = out.kv_indptr_stride;
-  if (out.kv_indices_type == index_type::int64) {
-    k.kv_indices_i64 = static_cast<std::int64_t*>(out.kv_indices) + step * out.kv_indices_stride;
+std::int64_t detail::csr_output_checks() noexcept {
+  return output_checks.load(std::memory_order_relaxed);
+}
+
+void csr_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, round_step step,
+                 const engine_tables& tables, const csr_target& out, const round_source& source) {
+  const detail::round_reads in = detail::reads_of(b, source);
+  detail::expect_plan_of(b, out.checked_for(), "target", "csr_target(b.plan(), outputs)");
+  const std::int32_t steps = b.plan().config.num_steps;
+  if (step.is_device()) {  // the whole round's launch computing only the counter's step
+    SPECGRAPH_EXPECTS(b.plan().config.device_steps, "device_steps",
+                      "false: the plan has a CSR buffer per step (use a fixed step or "
+                      "whole_round)");
+    kv_indices_params k = csr_params(b, bucket, 0, steps, tables, in);
+    k.device_step = b.device_step();
+    point_outputs(k, b, out);
+    launch_checked(ex, b, k);
+  } else if (step.is_whole_round() && out.arena()) {
+    // The arena's steps are separate, aligned buffers: one launch per step.
+    for (std::int32_t s = 0; s < steps; ++s) {
+      kv_indices_params k = csr_params(b, bucket, s, 1, tables, in);
+      point_outputs(k, b, out);
+      launch_checked(ex, b, k);
+    }
   } else {
-    k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices) + step * out.kv_indices_stride;
+    const bool whole = step.is_whole_round();
+    kv_indices_params k =
+        csr_params(b, bucket, whole ? 0 : step.index(), whole ? steps : 1, tables, in);
+    point_outputs(k, b, out);
+    launch_checked(ex, b, k);
   }
-  launch_checked(ex, b, k);
-}
-
-void round_into_arena(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                      const engine_tables& tables, const round_reads& in) {
-  // The arena's steps are separate, aligned buffers: one launch per step.
-  for (std::int32_t s = 0; s < b.plan().config.num_steps; ++s) {
-    step_into_arena(ex, b, bucket, s, tables, in);
-  }
-}
-
-void round_into(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                const engine_tables& tables, const csr_outputs& out, const round_reads& in) {
-  kv_indices_params k = csr_params(b, bucket, 0, b.plan().config.num_steps, tables, in);
-  check_csr_outputs(b.plan(), out);
-  k.kv_indptr = out.kv_indptr;
-  k.kv_indptr_stride = out.kv_indptr_stride;
-  k.kv_indices_stride = out.kv_indices_stride;
-  if (out.kv_indices_type == index_type::int64) {
-    k.kv_indices_i64 = static_cast<std::int64_t*>(out.kv_indices);
-  } else {
-    k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices);
-  }
-  launch_checked(ex, b, k);
-}
-
-// The whole round's launch (steps 0 .. num_steps - 1) computing only the counter's step.
-kv_indices_params device_step_params(const draft_buffers& b, std::int32_t bucket,
-                                     const engine_tables& tables, const round_reads& in) {
-  SPECGRAPH_EXPECTS(b.plan().config.device_steps, "device_steps",
-                    "false: the plan has a CSR buffer per step (use csr_step_indices)");
-  kv_indices_params k = csr_params(b, bucket, 0, b.plan().config.num_steps, tables, in);
-  k.device_step = b.device_step();
-  return k;
-}
-
-void device_into_arena(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                       const engine_tables& tables, const round_reads& in) {
-  kv_indices_params k = device_step_params(b, bucket, tables, in);
-  const plan& p = b.plan();
-  k.kv_indptr = b.csr_kv_indptr();
-  k.kv_indptr_stride = p.max_rows() + 1;
-  k.kv_indices_stride = p.layout.csr_kv_indices_stride;  // C_(num_steps - 1) of the plan's rows
-  void* indices = b.csr_kv_indices(0);
-  if (p.config.csr_int64) {
-    k.kv_indices_i64 = static_cast<std::int64_t*>(indices);
-  } else {
-    k.kv_indices_i32 = static_cast<std::int32_t*>(indices);
-  }
-  launch_checked(ex, b, k);
-}
-
-void device_into(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                 const engine_tables& tables, const csr_outputs& out, const round_reads& in) {
-  kv_indices_params k = device_step_params(b, bucket, tables, in);
-  check_csr_outputs(b.plan(), out);
-  k.kv_indptr = out.kv_indptr;
-  k.kv_indptr_stride = out.kv_indptr_stride;
-  k.kv_indices_stride = out.kv_indices_stride;
-  if (out.kv_indices_type == index_type::int64) {
-    k.kv_indices_i64 = static_cast<std::int64_t*>(out.kv_indices);
-  } else {
-    k.kv_indices_i32 = static_cast<std::int32_t*>(out.kv_indices);
-  }
-  launch_checked(ex, b, k);
-}
-
-}  // namespace
-
-// The staged inputs (ops.hpp's round) and the engine's read in place (engine_inputs.hpp).
-void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-                      const engine_tables& tables) {
-  step_into_arena(ex, b, bucket, step, tables, detail::staged_reads(b));
-}
-void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-                      const engine_tables& tables, const csr_outputs& out) {
-  step_into(ex, b, bucket, step, tables, out, detail::staged_reads(b));
-}
-void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                       const engine_tables& tables) {
-  round_into_arena(ex, b, bucket, tables, detail::staged_reads(b));
-}
-void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                       const engine_tables& tables, const csr_outputs& out) {
-  round_into(ex, b, bucket, tables, out, detail::staged_reads(b));
-}
-void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                const engine_tables& tables) {
-  device_into_arena(ex, b, bucket, tables, detail::staged_reads(b));
-}
-void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                const engine_tables& tables, const csr_outputs& out) {
-  device_into(ex, b, bucket, tables, out, detail::staged_reads(b));
-}
-
-void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-                      const engine_tables& tables, const engine_inputs& in) {
-  step_into_arena(ex, b, bucket, step, tables, detail::engine_reads(b.plan(), in));
-}
-void csr_step_indices(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-                      const engine_tables& tables, const csr_outputs& out,
-                      const engine_inputs& in) {
-  step_into(ex, b, bucket, step, tables, out, detail::engine_reads(b.plan(), in));
-}
-void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                       const engine_tables& tables, const engine_inputs& in) {
-  round_into_arena(ex, b, bucket, tables, detail::engine_reads(b.plan(), in));
-}
-void csr_round_indices(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                       const engine_tables& tables, const csr_outputs& out,
-                       const engine_inputs& in) {
-  round_into(ex, b, bucket, tables, out, detail::engine_reads(b.plan(), in));
-}
-void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                const engine_tables& tables, const engine_inputs& in) {
-  device_into_arena(ex, b, bucket, tables, detail::engine_reads(b.plan(), in));
-}
-void csr_indices_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                const engine_tables& tables, const csr_outputs& out,
-                                const engine_inputs& in) {
-  device_into(ex, b, bucket, tables, out, detail::engine_reads(b.plan(), in));
 }
 
 }  // namespace specgraph

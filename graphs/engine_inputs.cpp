@@ -1,9 +1,10 @@
-// Inputs read in place (engine_inputs.hpp): checks of an engine's static input tensors, the
-// round ops over them, and begin_round.
+// Inputs read in place (engine_inputs.hpp, round_io.hpp): checks of an engine's static input
+// tensors, the round source that carries them checked, what the kernels read for a source, and
+// begin_round.
 #include "specgraph/engine_inputs.hpp"
 
+#include <atomic>
 #include <cstdint>
-#include <memory>
 #include <string>
 
 #include "device/checks.hpp"
@@ -42,9 +43,12 @@ index_ref ref_of(const void* data, index_type type, std::int64_t stride) {
   return r;
 }
 
+std::atomic<std::int64_t> input_checks{0};
+
 }  // namespace
 
 void check_engine_inputs(const plan& p, const engine_inputs& in) {
+  input_checks.fetch_add(1, std::memory_order_relaxed);
   const draft_config& c = p.config;
   check_index("req_pool_index", in.req_pool_index);
   check_index("seq_len", in.seq_len);
@@ -59,19 +63,45 @@ void check_engine_inputs(const plan& p, const engine_inputs& in) {
                   "2^31 (at least num_steps, the slots a round reads)");
 }
 
+round_source::round_source(const plan& p, const engine_inputs& in) : plan_(&p), inputs_(in) {
+  check_engine_inputs(p, in);
+}
+
 namespace detail {
 
-round_reads engine_reads(const plan& p, const engine_inputs& in) {
-  check_engine_inputs(p, in);
+std::int64_t engine_input_checks() noexcept {
+  return input_checks.load(std::memory_order_relaxed);
+}
+
+void expect_plan_of(const draft_buffers& b, const plan* checked_for, const char* field,
+                    const char* remake) {
+  if (checked_for == nullptr || checked_for == &b.plan()) return;
+  // Only the address is compared: the plan it was made for may be gone.
+  SPECGRAPH_EXPECTS(false, field,
+                    std::string("checked against another plan than the one these buffers were "
+                                "made over (it is checked once, for one plan): make it with ") +
+                        remake + "; nothing was written");
+}
+
+round_reads reads_of(const draft_buffers& b, const round_source& in) {
   round_reads r;
-  r.req_pool_index =
-      ref_of(in.req_pool_index.data, in.req_pool_index.type, in.req_pool_index.stride);
-  r.seq_len = ref_of(in.seq_len.data, in.seq_len.type, in.seq_len.stride);
-  const engine_slots& s = in.out_cache_loc;
+  if (in.staged()) {  // the arena's static inputs, as staging wrote them
+    r.req_pool_index = b.req_pool_index();
+    r.seq_len = b.seq_len();
+    r.cache_loc = b.out_cache_loc();
+    r.cache_loc_branch_stride = b.plan().config.slot_stride;  // packed rows, slot_stride apart
+    r.real_batch = b.real_batch();
+    return r;
+  }
+  expect_plan_of(b, in.checked_for(), "source", "round_source(b.plan(), inputs)");
+  const engine_inputs& e = in.inputs();  // checked when the source was made
+  r.req_pool_index = ref_of(e.req_pool_index.data, e.req_pool_index.type, e.req_pool_index.stride);
+  r.seq_len = ref_of(e.seq_len.data, e.seq_len.type, e.seq_len.stride);
+  const engine_slots& s = e.out_cache_loc;
   r.cache_loc = ref_of(s.data, s.type, s.slot_stride);
   r.cache_loc_branch_stride = s.branch_stride;
   r.cache_loc_request_stride = s.request_stride;
-  r.real_batch = in.real_batch;
+  r.real_batch = e.real_batch;
   r.staged = false;
   return r;
 }
@@ -91,36 +121,6 @@ void begin_round(executor& ex, const draft_buffers& b, std::int32_t max_depth,
   k.round_min_confidence = min_confidence;
   ex.launch(make_kernel_launch<kernels::begin_round_kernel>(k, 1, kernels::cuda_begin_round()));
   detail::start_round(ex, b);  // a new round: begun (staged), the round.order word reset
-}
-
-void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                 const engine_tables& tables, const engine_inputs& in) {
-  detail::setup_round_from(ex, b, bucket, tables, detail::engine_reads(b.plan(), in));
-}
-
-void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
-                   const engine_inputs& in) {
-  detail::step_metadata_from(ex, b, bucket, step, detail::engine_reads(b.plan(), in));
-}
-
-void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                  const engine_inputs& in) {
-  detail::step_metadata_device_from(ex, b, bucket, detail::engine_reads(b.plan(), in));
-}
-
-void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                              conditional_handle handle, const engine_inputs& in) {
-  SPECGRAPH_EXPECTS(b.plan().has_bucket(bucket), "bucket",
-                    std::to_string(bucket) + " is not one of the planned buckets");
-  detail::continue_condition_from(ex, b, bucket, handle, /*limit_only=*/false,
-                                  detail::engine_reads(b.plan(), in));
-}
-
-std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
-                                                  std::int32_t bucket, const graph& step_body,
-                                                  const engine_inputs& in) {
-  return detail::capture_device_depth_round_from(ex, b, bucket, step_body,
-                                                 detail::engine_reads(b.plan(), in));
 }
 
 }  // namespace specgraph

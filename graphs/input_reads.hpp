@@ -1,17 +1,15 @@
 // Internal: where the round's kernels read their inputs: the arena's staged static inputs, or an
-// engine's static input tensors read in place (engine_inputs.hpp). ops.cpp and csr_ops.cpp run
-// every round op over a round_reads; engine_inputs.cpp makes one from an engine's tensors.
+// engine's static input tensors read in place (a round_source, round_io.hpp). ops.cpp and
+// csr_ops.cpp run every round op over a round_reads, made once per op call by reads_of.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
 #include "specgraph/buffers.hpp"
-#include "specgraph/conditional.hpp"
-#include "specgraph/engine_inputs.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/index_ref.hpp"
 #include "specgraph/ops.hpp"
+#include "specgraph/round_io.hpp"
 
 namespace specgraph::detail {
 
@@ -42,21 +40,19 @@ inline const std::int32_t* padding_from(const round_reads& in) {
 void start_round(executor& ex, const draft_buffers& b);
 void check_round_order(executor& ex, const draft_buffers& b, kernel_id op, std::int32_t step,
                        std::int32_t bucket, round_progress need, round_progress set);
-// The arena's staged inputs (int32, stride 1; out_cache_loc packed, slot_stride per row).
-round_reads staged_reads(const draft_buffers& b);
-// An engine's tensors, after check_engine_inputs.
-round_reads engine_reads(const plan& p, const engine_inputs& in);
 
-void setup_round_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                      const engine_tables& tables, const round_reads& in);
-void step_metadata_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                        std::int32_t step, const round_reads& in);
-void step_metadata_device_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                               const round_reads& in);
-void continue_condition_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                             conditional_handle handle, bool limit_only, const round_reads& in);
-std::unique_ptr<graph> capture_device_depth_round_from(executor& ex, const draft_buffers& b,
-                                                       std::int32_t bucket, const graph& step_body,
-                                                       const round_reads& in);
+// What the kernels read for `in` over b: the arena's staged inputs (int32, stride 1;
+// out_cache_loc packed, slot_stride per row), or the engine's tensors as the source holds them.
+// Nothing is re-checked (the source was checked when it was made); a source made for another
+// plan than b's is refused (invalid_argument "source"). Host work only: a few pointer copies.
+round_reads reads_of(const draft_buffers& b, const round_source& in);
+// Refuses (invalid_argument `field`) a value checked against another plan than b's.
+void expect_plan_of(const draft_buffers& b, const plan* checked_for, const char* field,
+                    const char* remake);
+
+// Test hooks: how many times check_engine_inputs and check_csr_outputs have run in this process
+// (a bound source or target is checked once, when it is made, never per op call).
+std::int64_t engine_input_checks() noexcept;
+std::int64_t csr_output_checks() noexcept;
 
 }  // namespace specgraph::detail

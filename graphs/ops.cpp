@@ -110,36 +110,9 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
   return bucket;
 }
 
-namespace detail {
-
-round_reads staged_reads(const draft_buffers& b) {
-  const draft_config& c = b.plan().config;
-  round_reads r;
-  r.req_pool_index = b.req_pool_index();
-  r.seq_len = b.seq_len();
-  r.cache_loc = b.out_cache_loc();
-  r.cache_loc_branch_stride = c.slot_stride;  // packed rows, slot_stride apart
-  r.real_batch = b.real_batch();
-  return r;
-}
-
-}  // namespace detail
-
 void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                 const engine_tables& tables) {
-  detail::setup_round_from(ex, b, bucket, tables, detail::staged_reads(b));
-}
-
-void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step) {
-  detail::step_metadata_from(ex, b, bucket, step, detail::staged_reads(b));
-}
-
-void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket) {
-  detail::step_metadata_device_from(ex, b, bucket, detail::staged_reads(b));
-}
-
-void detail::setup_round_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                              const engine_tables& tables, const round_reads& in) {
+                 const engine_tables& tables, const round_source& source) {
+  const detail::round_reads in = detail::reads_of(b, source);
   const plan& pl = b.plan();
   const draft_config& c = pl.config;
   check_bucket(pl, bucket);
@@ -191,8 +164,10 @@ void detail::setup_round_from(executor& ex, const draft_buffers& b, std::int32_t
   launch_prefix_metadata(ex, p);
 }
 
-void detail::step_metadata_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                std::int32_t step, const round_reads& in) {
+namespace {
+
+void step_table(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step,
+                const detail::round_reads& in) {
   const plan& pl = b.plan();
   const draft_config& c = pl.config;
   check_bucket(pl, bucket);
@@ -225,8 +200,8 @@ void detail::step_metadata_from(executor& ex, const draft_buffers& b, std::int32
   launch_expand_page_table(ex, e);
 }
 
-void detail::step_metadata_device_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                       const round_reads& in) {
+void device_step_table(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                       const detail::round_reads& in) {
   const plan& pl = b.plan();
   const draft_config& c = pl.config;
   SPECGRAPH_EXPECTS(c.device_steps, "device_steps", "false: the plan has a table per step");
@@ -255,14 +230,31 @@ void detail::step_metadata_device_from(executor& ex, const draft_buffers& b, std
   launch_expand_page_table(ex, e);
 }
 
+}  // namespace
+
+void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, round_step step,
+                   const round_source& source) {
+  const detail::round_reads in = detail::reads_of(b, source);
+  if (step.is_device()) {
+    device_step_table(ex, b, bucket, in);
+    return;
+  }
+  SPECGRAPH_EXPECTS(!step.is_whole_round(), "step",
+                    "whole_round: step_metadata writes one step's table (a step in [0, "
+                    "num_steps), or at_device_step)");
+  step_table(ex, b, bucket, step.index(), in);
+}
+
 void advance_step(executor& ex, const draft_buffers& b) {
   kernels::advance_step_kernel::params p{b.device_step()};
   ex.launch(make_kernel_launch<kernels::advance_step_kernel>(p, 1, kernels::cuda_advance_step()));
 }
 
-void detail::continue_condition_from(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                                     conditional_handle handle, bool limit_only,
-                                     const round_reads& in) {
+namespace {
+
+void continue_condition(executor& ex, const draft_buffers& b, std::int32_t bucket,
+                        conditional_handle handle, bool limit_only,
+                        const std::int32_t* real_batch) {
   SPECGRAPH_EXPECTS(b.plan().config.device_depth, "device_depth",
                     "false: the round's condition needs a plan with device_depth");
   kernels::continue_condition_kernel::params p{};
@@ -271,7 +263,7 @@ void detail::continue_condition_from(executor& ex, const draft_buffers& b, std::
   p.max_depth = b.max_depth();
   p.min_confidence = b.min_confidence();
   p.confidence = b.confidence();
-  p.real_batch = in.real_batch;
+  p.real_batch = real_batch;
   p.iterations = b.iterations();
   p.topk = b.plan().config.topk;
   p.num_steps = b.plan().config.num_steps;
@@ -281,27 +273,24 @@ void detail::continue_condition_from(executor& ex, const draft_buffers& b, std::
       p, 1, kernels::cuda_continue_condition()));
 }
 
+}  // namespace
+
 void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                              conditional_handle handle) {
+                              conditional_handle handle, const round_source& in) {
+  const detail::round_reads reads = detail::reads_of(b, in);
   check_bucket(b.plan(), bucket);
-  detail::continue_condition_from(ex, b, bucket, handle, /*limit_only=*/false,
-                                  detail::staged_reads(b));
+  continue_condition(ex, b, bucket, handle, /*limit_only=*/false, reads.real_batch);
 }
 
 void stop_round_at_limit(executor& ex, const draft_buffers& b, conditional_handle handle) {
   // Only the limit is checked: no row is read (bucket 0 is never used).
-  detail::continue_condition_from(ex, b, 0, handle, /*limit_only=*/true, detail::staged_reads(b));
+  continue_condition(ex, b, 0, handle, /*limit_only=*/true, b.real_batch());
 }
 
 std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
-                                                  std::int32_t bucket, const graph& step_body) {
-  return detail::capture_device_depth_round_from(ex, b, bucket, step_body, detail::staged_reads(b));
-}
-
-std::unique_ptr<graph> detail::capture_device_depth_round_from(executor& ex, const draft_buffers& b,
-                                                               std::int32_t bucket,
-                                                               const graph& step_body,
-                                                               const round_reads& in) {
+                                                  std::int32_t bucket, const graph& step_body,
+                                                  const round_source& in) {
+  const detail::round_reads reads = detail::reads_of(b, in);
   SPECGRAPH_EXPECTS(b.plan().config.device_depth, "device_depth",
                     "false: a device-depth round needs a plan with device_depth");
   check_bucket(b.plan(), bucket);
@@ -316,7 +305,7 @@ std::unique_ptr<graph> detail::capture_device_depth_round_from(executor& ex, con
   try {
     const conditional_handle h = ex.begin_while(/*initial=*/true);  // the body runs at least once
     ex.record_graph(step_body);
-    continue_condition_from(ex, b, bucket, h, /*limit_only=*/false, in);
+    continue_condition(ex, b, bucket, h, /*limit_only=*/false, reads.real_batch);
     ex.end_while();
     return ex.end_capture();
   } catch (...) {

@@ -9,6 +9,7 @@
 #include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/ops.hpp"
+#include "specgraph/round_io.hpp"
 #include "specgraph/runtime.hpp"
 
 namespace specgraph {
@@ -30,34 +31,17 @@ draft_runtime::graph_slot& draft_runtime::slot(std::size_t bucket_index, std::in
 void draft_runtime::record_graph_body(std::int32_t bucket, std::int32_t step) {
   const bool fa3 = plan_->layout.has_fa3;
   const bool csr = !plan_->layout.csr_kv_indices.empty();
-  // The staged inputs, or the engine's read in place (bind_inputs).
-  const bool in = inputs_bound_;
-  const auto setup = [&] {
-    in ? setup_round(*ex_, buffers_, bucket, tables_, inputs_)
-       : setup_round(*ex_, buffers_, bucket, tables_);
-  };
-  if (plan_->config.device_steps) {
-    setup();
-    if (fa3) {
-      in ? step_metadata_at_device_step(*ex_, buffers_, bucket, inputs_)
-         : step_metadata_at_device_step(*ex_, buffers_, bucket);
-    }
-    if (csr) {
-      in ? csr_indices_at_device_step(*ex_, buffers_, bucket, tables_, inputs_)
-         : csr_indices_at_device_step(*ex_, buffers_, bucket, tables_);
-    }
+  // One source for every op: the staged inputs, or the engine's read in place (bind_inputs),
+  // checked once when it was bound. With a device step counter the ops read the counter's step.
+  const bool device = plan_->config.device_steps;
+  const round_step at = device ? at_device_step : round_step(step);
+  if (device || step == 0) setup_round(*ex_, buffers_, bucket, tables_, source_);
+  if (fa3) step_metadata(*ex_, buffers_, bucket, at, source_);
+  if (csr) csr_indices(*ex_, buffers_, bucket, at, tables_, {}, source_);
+  if (device) {
     if (forward_all_) forward_all_(view(bucket, 0));
     advance_step(*ex_, buffers_);
     return;
-  }
-  if (step == 0) setup();
-  if (fa3) {
-    in ? step_metadata(*ex_, buffers_, bucket, step, inputs_)
-       : step_metadata(*ex_, buffers_, bucket, step);
-  }
-  if (csr) {
-    in ? csr_step_indices(*ex_, buffers_, bucket, step, tables_, inputs_)
-       : csr_step_indices(*ex_, buffers_, bucket, step, tables_);
   }
   const forward_fn& f = forwards_[static_cast<std::size_t>(step)]
                             ? forwards_[static_cast<std::size_t>(step)]
@@ -73,10 +57,8 @@ void draft_runtime::record_conditional_round(std::int32_t bucket) {
   if (condition_) {
     condition_(view(bucket, 0), h);
     stop_round_at_limit(*ex_, buffers_, h);  // the engine's condition cannot loop forever
-  } else if (inputs_bound_) {
-    continue_while_confident(*ex_, buffers_, bucket, h, inputs_);
   } else {
-    continue_while_confident(*ex_, buffers_, bucket, h);
+    continue_while_confident(*ex_, buffers_, bucket, h, source_);
   }
   ex_->end_while();
 }

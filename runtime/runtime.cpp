@@ -168,14 +168,12 @@ void draft_runtime::bind_inputs(const engine_inputs& in) {
   ensure_usable();
   SPECGRAPH_EXPECTS(!captured_, "inputs",
                     "bound after capture(): the graphs read the staged inputs (bind them first)");
-  check_engine_inputs(*plan_, in);
-  inputs_ = in;
-  inputs_bound_ = true;
+  source_ = round_source(*plan_, in);  // checked here, once: the ops carry it unchecked
 }
 
 void draft_runtime::begin_round(std::int32_t bucket, std::int32_t max_depth, float min_confidence) {
   ensure_usable();
-  SPECGRAPH_EXPECTS(inputs_bound_, "inputs",
+  SPECGRAPH_EXPECTS(inputs_bound(), "inputs",
                     "none bound: begin_round reads the engine's inputs in place (bind_inputs "
                     "first, or stage() the round)");
   SPECGRAPH_EXPECTS(plan_->has_bucket(bucket), "bucket",
@@ -199,7 +197,7 @@ void refuse_staging(bool bound) {
 
 void draft_runtime::stage(const round_inputs& in) {
   ensure_usable();
-  refuse_staging(inputs_bound_);
+  refuse_staging(inputs_bound());
   const draft_config& c = plan_->config;
   detail::nvtx_range r(nvtx_stage_, in.batch);
   detail::between("batch", in.batch, 0, c.max_batch, "max_batch");
@@ -327,7 +325,7 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
 
 void draft_runtime::stage_device(const device_round_inputs& in) {
   ensure_usable();
-  refuse_staging(inputs_bound_);
+  refuse_staging(inputs_bound());
   detail::nvtx_range r(nvtx_stage_, in.batch);
   std::int32_t bucket = 0;
   guarding_cuda([&] { bucket = stage_round(*ex_, buffers_, in); });

@@ -1,4 +1,4 @@
-// The CSR draft-decode indices under a device step counter (csr_indices_at_device_step,
+// The CSR draft-decode indices under a device step counter (csr_indices(at_device_step),
 // docs/device-rounds.md): one body replayed step after step, or run by a WHILE node whose depth
 // the device decides, writes each step's kv_indptr row and kv_indices exactly as the independent
 // reference (tests/kv_indices_reference.hpp) says, into the plan's arena and the engine's
@@ -193,7 +193,7 @@ TEST_P(CsrDeviceSteps, EachStepTheCounterReachesMatchesTheReference) {
     const draft_buffers b(p, arena.data());
     ex->fill_bytes(arena.data(), poison_byte, p.total_bytes);
     engine_outputs eng(*ex, p);
-    const csr_outputs out = eng.outputs(p);
+    const csr_target out(p, eng.outputs(p));
     dvec<std::int32_t> rtt(*ex, s.req_to_token), pool(*ex, s.pool), seq(*ex, s.seq);
     dvec<std::int64_t> slots(*ex, std::vector<std::int64_t>(s.pool.size() * 16, 0));
     const auto batch = static_cast<std::int32_t>(s.pool.size());
@@ -203,8 +203,8 @@ TEST_P(CsrDeviceSteps, EachStepTheCounterReachesMatchesTheReference) {
     SCOPED_TRACE("case " + std::to_string(i) + (captured ? " captured" : " eager"));
     auto body = [&] {
       setup_round(*ex, b, bucket, {rtt.data()});
-      csr_indices_at_device_step(*ex, b, bucket, {rtt.data()});
-      csr_indices_at_device_step(*ex, b, bucket, {rtt.data()}, out);
+      csr_indices(*ex, b, bucket, at_device_step, {rtt.data()});
+      csr_indices(*ex, b, bucket, at_device_step, {rtt.data()}, out);
       advance_step(*ex, b);
     };
     if (captured) {
@@ -241,8 +241,8 @@ TEST_P(CsrDeviceSteps, TheDeviceDecidedRoundWritesEveryStepItRuns) {
     ex->begin_capture();
     const conditional_handle h = ex->begin_while(true);
     setup_round(*ex, b, bucket, {rtt.data()});
-    csr_indices_at_device_step(*ex, b, bucket, {rtt.data()});
-    csr_indices_at_device_step(*ex, b, bucket, {rtt.data()}, eng.outputs(p));
+    csr_indices(*ex, b, bucket, at_device_step, {rtt.data()});
+    csr_indices(*ex, b, bucket, at_device_step, {rtt.data()}, csr_target(p, eng.outputs(p)));
     advance_step(*ex, b);
     continue_while_confident(*ex, b, bucket, h);
     ex->end_while();
@@ -290,8 +290,8 @@ TEST_P(CsrDeviceSteps, ACounterOutsideTheRoundWritesNothing) {
     ex->fill_bytes(b.guards() + p.layout.guard_csr(0), 0, sizeof(guard_word));
     std::vector<unsigned char> before(p.total_bytes), after(p.total_bytes);
     ex->copy_to_host(before.data(), b.base(), before.size());
-    csr_indices_at_device_step(*ex, b, bucket, {rtt.data()});
-    csr_indices_at_device_step(*ex, b, bucket, {rtt.data()}, eng.outputs(p));
+    csr_indices(*ex, b, bucket, at_device_step, {rtt.data()});
+    csr_indices(*ex, b, bucket, at_device_step, {rtt.data()}, csr_target(p, eng.outputs(p)));
     ex->copy_to_host(after.data(), b.base(), after.size());
     for (std::size_t i = 0; i < before.size(); ++i) {
       if (i >= guard_offset && i < guard_offset + sizeof(guard_word)) continue;
@@ -326,21 +326,21 @@ TEST(CsrDeviceStepsMisuse, IsRefusedByName) {
     const plan p = make_plan(s.config);
     device_buffer arena(*ex, p.total_bytes);
     const draft_buffers b(p, arena.data());
-    expect_invalid([&] { csr_indices_at_device_step(*ex, b, 2, {&cell}); },
+    expect_invalid([&] { csr_indices(*ex, b, 2, at_device_step, {&cell}); },
                    device_steps ? "formats" : "device_steps");
   }
   s.config.formats = metadata_formats::csr;
   const plan p = make_plan(s.config);
   device_buffer arena(*ex, p.total_bytes);
   const draft_buffers b(p, arena.data());
-  expect_invalid([&] { csr_indices_at_device_step(*ex, b, 3, {&cell}); }, "bucket", "3 is not");
-  expect_invalid([&] { csr_indices_at_device_step(*ex, b, 2, {nullptr}); }, "req_to_token");
+  expect_invalid([&] { csr_indices(*ex, b, 3, at_device_step, {&cell}); }, "bucket", "3 is not");
+  expect_invalid([&] { csr_indices(*ex, b, 2, at_device_step, {nullptr}); }, "req_to_token");
   csr_outputs short_out;
   short_out.kv_indptr = &cell;
   short_out.kv_indices = &cell;
   short_out.kv_indptr_stride = p.max_rows() + 1;
   short_out.kv_indices_stride = p.max_rows() * ctx;  // engine sizing: no room for drafts
-  expect_invalid([&] { csr_indices_at_device_step(*ex, b, 2, {&cell}, short_out); },
+  expect_invalid([&] { csr_indices(*ex, b, 2, at_device_step, {&cell}, csr_target(p, short_out)); },
                  "kv_indices_stride");
 }
 

@@ -101,7 +101,7 @@ TEST_P(CsrOps, ArenaAndEngineBuffersMatchTheReference) {
     dvec<std::int64_t> slots(*ex, r.slots);
     const std::int32_t bucket = stage_round(*ex, b, {batch, pool.data(), seq.data(), slots.data()});
     setup_round(*ex, b, bucket, {rtt.data()});
-    csr_round_indices(*ex, b, bucket, {rtt.data()});
+    csr_indices(*ex, b, bucket, whole_round, {rtt.data()});
     // The engine's buffers: strided one cell past the widest step, poisoned.
     const std::int64_t rows = p.max_rows(), widest = rows * (ctx + steps);
     csr_outputs out;
@@ -116,10 +116,10 @@ TEST_P(CsrOps, ArenaAndEngineBuffersMatchTheReference) {
     out.kv_indices_stride = widest + 1;
     out.kv_indices_size = static_cast<std::int64_t>(i64.size());
     if (rng() % 2 == 0) {
-      csr_round_indices(*ex, b, bucket, {rtt.data()}, out);
+      csr_indices(*ex, b, bucket, whole_round, {rtt.data()}, csr_target(p, out));
     } else {
-      for (std::int32_t s = 0; s < steps; ++s)
-        csr_step_indices(*ex, b, bucket, s, {rtt.data()}, out);
+      const csr_target target(p, out);  // checked once, for every step
+      for (std::int32_t s = 0; s < steps; ++s) csr_indices(*ex, b, bucket, s, {rtt.data()}, target);
     }
     ex->synchronize();
 
@@ -177,7 +177,7 @@ TEST_P(CsrOps, CapturedRoundFollowsEachReplaysInputs) {
   dvec<std::int64_t> slots(*ex, r.slots);
   ex->begin_capture();
   setup_round(*ex, b, 4, {rtt.data()});
-  csr_round_indices(*ex, b, 4, {rtt.data()});
+  csr_indices(*ex, b, 4, whole_round, {rtt.data()});
   const auto g = ex->end_capture();
   const auto exec = ex->instantiate(*g);
   for (int replay = 0; replay < 2; ++replay) {
@@ -230,9 +230,9 @@ TEST_P(CsrOps, ARequestAtMaxContextLenFillsEveryStepsCapacityExactly) {
     const std::int32_t bucket = stage_round(*ex, b, {1, pool.data(), seq.data(), slots.data()});
     setup_round(*ex, b, bucket, tables);
     if (per_step) {
-      for (std::int32_t s = 0; s < n; ++s) csr_step_indices(*ex, b, bucket, s, tables);
+      for (std::int32_t s = 0; s < n; ++s) csr_indices(*ex, b, bucket, s, tables);
     } else {
-      csr_round_indices(*ex, b, bucket, tables);
+      csr_indices(*ex, b, bucket, whole_round, tables);
     }
     const auto guards =
         read<guard_word>(*ex, b.guards(), static_cast<std::size_t>(p.layout.guard_count));
@@ -282,7 +282,7 @@ TEST(CsrOpsBinding, BuffersShortOfTheExactCapacityAreRefusedByName) {
       arena_alignment);
   const draft_buffers b(fa3, base);
   const auto ex = make_executor("host");
-  expect_invalid([&] { csr_step_indices(*ex, b, 2, 0, {&cell}); }, "formats",
+  expect_invalid([&] { csr_indices(*ex, b, 2, 0, {&cell}); }, "formats",
                  "fa3: this plan holds no CSR indices");
 }
 

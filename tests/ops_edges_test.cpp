@@ -89,13 +89,13 @@ TEST_P(OpsEdges, ACounterOutsideTheRoundWritesNothingButRowZerosGuardRecord) {
       const auto depth = static_cast<std::int32_t>(1 + rng() % static_cast<std::uint64_t>(n));
       for (std::int32_t s = 0; s < depth; ++s) {
         setup_round(*ex, b, bucket, eng.tables());
-        step_metadata_at_device_step(*ex, b, bucket);
+        step_metadata(*ex, b, bucket, at_device_step);
         advance_step(*ex, b);
       }
       for (const guard_word& g : read_guards(*ex, b)) ASSERT_EQ(g.violations, 0) << describe(g);
       ex->copy_to_device(b.device_step(), &counter, sizeof(counter));
       const std::vector<unsigned char> before = arena_bytes(*ex, b);
-      step_metadata_at_device_step(*ex, b, bucket);
+      step_metadata(*ex, b, bucket, at_device_step);
       const std::vector<unsigned char> after = arena_bytes(*ex, b);
 
       const std::int64_t at = first_difference(before, after, guard_begin, guard_end);

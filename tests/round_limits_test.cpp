@@ -180,8 +180,8 @@ TEST_P(RoundLimits, ARealBatchWordAboveTheBucketIsClampedToIt) {
   ex->begin_capture();
   launch_count(*ex, count.data());
   const std::unique_ptr<graph> body = ex->end_capture();
-  const std::unique_ptr<graph_exec> round =
-      ex->instantiate(*capture_device_depth_round(*ex, b, bucket, *body, in));
+  const std::unique_ptr<graph_exec> round = ex->instantiate(
+      *capture_device_depth_round(*ex, b, bucket, *body, round_source(b.plan(), in)));
   for (const bool real_row_confident : {false, true}) {
     SCOPED_TRACE(real_row_confident ? "a real row confident" : "no real row confident");
     std::vector<float> confidence(rows, -1.0f);

@@ -156,7 +156,7 @@ void out_of_order_sequences(executor& ex, std::mt19937_64& rng) {
     composed c(ex, cfg, rng);
     const std::int32_t bucket = c.stage(rng, 3);
     expect_out_of_order(
-        c, [&] { csr_step_indices(ex, c.b, bucket, 2, c.eng.tables()); }, kernel_id::csr_indices, 2,
+        c, [&] { csr_indices(ex, c.b, bucket, 2, c.eng.tables()); }, kernel_id::csr_indices, 2,
         round_progress::set_up, round_progress::staged);
   }
   {  // a whole round, then the next round's step before the next round's setup
@@ -175,14 +175,14 @@ void out_of_order_sequences(executor& ex, std::mt19937_64& rng) {
     composed c(ex, dev, rng);
     const std::int32_t bucket = c.stage(rng, 4);
     expect_out_of_order(
-        c, [&] { step_metadata_at_device_step(ex, c.b, bucket); }, kernel_id::step_metadata, -1,
+        c, [&] { step_metadata(ex, c.b, bucket, at_device_step); }, kernel_id::step_metadata, -1,
         round_progress::set_up, round_progress::staged);
   }
   {
     composed c(ex, dev, rng);
     const std::int32_t bucket = c.stage(rng, 1);
     expect_out_of_order(
-        c, [&] { csr_indices_at_device_step(ex, c.b, bucket, c.eng.tables()); },
+        c, [&] { csr_indices(ex, c.b, bucket, at_device_step, c.eng.tables()); },
         kernel_id::csr_indices, -1, round_progress::set_up, round_progress::staged);
   }
 }
@@ -219,7 +219,7 @@ TEST_P(RoundOrder, AGraphReplayedOutOfOrderRecordsItUntilTheNextRound) {
   const std::int32_t bucket = c.stage(rng, 3);
   ex->begin_capture();
   step_metadata(*ex, c.b, bucket, 1);
-  csr_step_indices(*ex, c.b, bucket, 1, c.eng.tables());
+  csr_indices(*ex, c.b, bucket, 1, c.eng.tables());
   const std::unique_ptr<graph> g = ex->end_capture();
   const std::unique_ptr<graph_exec> exec = ex->instantiate(*g);
   ex->launch_graph(*exec);
@@ -251,7 +251,7 @@ TEST_P(RoundOrder, LegitimateOrdersRecordNothingAndMatchTheModel) {
     setup_round(*ex, c.b, bucket, c.eng.tables());
     if (round % 2 == 1) setup_round(*ex, c.b, bucket, c.eng.tables());
     for (const std::int32_t s : {2, 0, 1, 0}) step_metadata(*ex, c.b, bucket, s);
-    csr_round_indices(*ex, c.b, bucket, c.eng.tables());
+    csr_indices(*ex, c.b, bucket, whole_round, c.eng.tables());
     for (const guard_word& g : read_guards(*ex, c.b)) ASSERT_EQ(g.violations, 0) << describe(g);
     const model_round m = c.eng.model_of(c.round, c.p.config.num_steps);
     ASSERT_EQ(m.bucket, bucket);
@@ -275,11 +275,12 @@ TEST_P(RoundOrder, InputsReadInPlaceStartARoundAtBeginRound) {
   const host_round r = c.random_round(rng, bucket);
   dvec<std::int32_t> pool(*ex, r.req_pool_index), seq(*ex, r.seq_len);
   dvec<std::int64_t> slots(*ex, r.out_cache_loc);
-  engine_inputs in;
-  in.req_pool_index = {pool.data(), index_type::int32, 1};
-  in.seq_len = {seq.data(), index_type::int32, 1};
+  engine_inputs tensors;
+  tensors.req_pool_index = {pool.data(), index_type::int32, 1};
+  tensors.seq_len = {seq.data(), index_type::int32, 1};
   const std::int64_t s = c.p.config.slot_stride;
-  in.out_cache_loc = {slots.data(), index_type::int64, c.p.config.topk * s, s, 1, s};
+  tensors.out_cache_loc = {slots.data(), index_type::int64, c.p.config.topk * s, s, 1, s};
+  const round_source in(c.p, tensors);
   expect_out_of_order(
       c, [&] { step_metadata(*ex, c.b, bucket, 0, in); }, kernel_id::step_metadata, 0,
       round_progress::set_up, round_progress::none);
@@ -287,7 +288,7 @@ TEST_P(RoundOrder, InputsReadInPlaceStartARoundAtBeginRound) {
   begin_round(*ex, c.b);
   setup_round(*ex, c.b, bucket, c.eng.tables(), in);
   step_metadata(*ex, c.b, bucket, 0, in);
-  csr_step_indices(*ex, c.b, bucket, 0, c.eng.tables(), in);
+  csr_indices(*ex, c.b, bucket, 0, c.eng.tables(), {}, in);
   expect_no_order_violation(c);
   begin_round(*ex, c.b);
   expect_out_of_order(

@@ -27,8 +27,8 @@ enum class kernel_id : std::int32_t {
   verify_packed_mask = 10,       // FlashInfer packed mask bytes past packed_mask_capacity
   // The round's ops, as the order check (kind order, guard word round.order) names them.
   round_setup = 11,    // setup_round
-  step_metadata = 12,  // step_metadata, step_metadata_at_device_step
-  csr_indices = 13,    // csr_step_indices, csr_round_indices, csr_indices_at_device_step
+  step_metadata = 12,  // step_metadata (a step or at_device_step)
+  csr_indices = 13,    // csr_indices (a step, whole_round or at_device_step): "csr_step_indices"
 };
 
 enum class violation_kind : std::int32_t {

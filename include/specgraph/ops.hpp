@@ -15,6 +15,9 @@
 //   step_metadata(ex, b, bucket, s);     // step s's expand metadata (slice-before-scatter)
 //   ...the engine's forward reading b.view(bucket, s)...
 //   read_guards(ex, b);                  // outside capture: synchronises
+// The round ops read the staged inputs by default; given a round_source (round_io.hpp) made
+// over an engine's tensors they read those in place (engine_inputs.hpp), the same checks, outputs
+// and guard words otherwise.
 // Semantics: docs/metadata.md (sections 2-4, 6, 7); composition rules: section 9.
 #pragma once
 
@@ -30,23 +33,12 @@
 #include "specgraph/config.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/round_io.hpp"
 
 namespace specgraph {
 
 class executor;
 class graph;
-
-// An index array as an engine holds it: int32 or int64 (SGLang keeps int64). Narrowing to the
-// int32 tables is checked, never silent.
-enum class index_type : std::int32_t { int32 = 0, int64 = 1 };
-struct index_array {
-  const void* data = nullptr;
-  index_type type = index_type::int32;
-  index_array() = default;
-  index_array(std::nullptr_t) {}                                            // NOLINT: implicit
-  index_array(const std::int32_t* p) : data(p), type(index_type::int32) {}  // NOLINT: implicit
-  index_array(const std::int64_t* p) : data(p), type(index_type::int64) {}  // NOLINT: implicit
-};
 
 // The engine tables the metadata kernels read (executor memory, owned by the engine; must stay
 // at the same address while graphs that read them exist: the graphs bake the pointer in).
@@ -124,17 +116,25 @@ std::int32_t stage_round(executor& ex, const draft_buffers& b, const device_roun
 // Throws invalid_argument for an unplanned bucket or a null req_to_token. The round's order
 // (docs/metadata.md section 11): needs a staged round; on the host executor (not deferred, not
 // capturing) one not staged is refused with invalid_argument "setup_round", nothing enqueued;
-// elsewhere it is recorded in the round.order guard word. Sets round.progress to set up.
+// elsewhere it is recorded in the round.order guard word. Sets round.progress to set up. `in`:
+// the staged inputs (default), or an engine's read in place (round_io.hpp; then nothing needs
+// staging: the order check asks for nothing, and every guard word is reset, the staging and
+// round.order ones included). A source made for another plan: invalid_argument "source",
+// nothing enqueued.
 void setup_round(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                 const engine_tables& tables);
+                 const engine_tables& tables, const round_source& in = {});
 
 // Step `step`'s expand metadata for `bucket`: reads only the first d = step + 1 slots of each
 // out_cache_loc row (rows slot_stride apart) into the d + 1 wide step table (slice-before-scatter);
 // in checked mode (config.checked) also checks the branch layout of real rows. Capture-safe;
-// stream: ex's. Needs the round set up (docs/metadata.md section 11): refused eagerly on the
-// host executor (invalid_argument "step_metadata"), recorded in round.order elsewhere; the
-// same for step_metadata_at_device_step and the CSR ops (csr_ops.hpp, "csr_step_indices").
-void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, std::int32_t step);
+// stream: ex's; no sync. Needs the round set up (docs/metadata.md section 11): refused eagerly
+// on the host executor (invalid_argument "step_metadata"), recorded in round.order elsewhere;
+// the same for the CSR ops (csr_ops.hpp, "csr_step_indices"). `step`: a step in
+// [0, num_steps) (invalid_argument "step" otherwise), or at_device_step (config.device_steps,
+// invalid_argument "device_steps" without it): the step the device counter is at (d = step + 1,
+// capacity d + 1, the step's guard word), one table for every step. `in`: as in setup_round.
+void step_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket, round_step step,
+                   const round_source& in = {});
 
 // Stages the engine's sparse selection (the sparse input buffers) for one chunk stage into that
 // stage kind's buffers, with the capacity-capped fallback. Capture-safe; stream: ex's. Throws
@@ -143,12 +143,9 @@ void stage_sparse(executor& ex, const draft_buffers& b, const sparse_stage& stag
 
 // ---- device step counter (config.device_steps; docs/device-rounds.md) -----------------
 // In this mode setup_round runs only while the device step counter is 0 (its kernels check it),
-// so one graph per bucket holds a whole step: setup_round, step_metadata_at_device_step (FA3)
-// and/or csr_indices_at_device_step (CSR, csr_ops.hpp), the forward, advance_step. Staging resets
-// the counter to 0.
-// Step metadata for the step the device counter is at (d = step + 1, capacity d + 1, the
-// step's guard word). Capture-safe; stream: ex's.
-void step_metadata_at_device_step(executor& ex, const draft_buffers& b, std::int32_t bucket);
+// so one graph per bucket holds a whole step: setup_round, step_metadata(at_device_step) (FA3)
+// and/or csr_indices(at_device_step) (CSR, csr_ops.hpp), the forward, advance_step. Staging
+// (and begin_round) resets the counter to 0.
 // Advances the device step counter: the last node of a step. Capture-safe; stream: ex's.
 void advance_step(executor& ex, const draft_buffers& b);
 // Inside a WHILE body (executor::begin_while), after advance_step: sets the node's condition to
@@ -157,9 +154,11 @@ void advance_step(executor& ex, const draft_buffers& b);
 // does, it stops the round after num_steps bodies (counted in b.iterations(), which staging
 // resets) or once the step counter is outside [0, num_steps): a body that never advances the
 // counter, or a corrupted max_depth, cannot loop forever. Throws invalid_argument without
-// config.device_depth or for an unplanned bucket. Capture-safe; stream: ex's.
+// config.device_depth or for an unplanned bucket. Capture-safe; stream: ex's; no sync. `in`: the
+// real rows are those below the staged real batch, or (inputs read in place) below
+// in.inputs().real_batch (null: every row of the bucket).
 void continue_while_confident(executor& ex, const draft_buffers& b, std::int32_t bucket,
-                              conditional_handle handle);
+                              conditional_handle handle, const round_source& in = {});
 // For a WHILE body whose condition an engine's own kernel sets: launched after that kernel, it
 // clears the condition at the same hard limit (num_steps bodies this round, or the step counter
 // outside [0, num_steps)) and otherwise leaves it as the engine set it. Throws invalid_argument
@@ -168,17 +167,19 @@ void stop_round_at_limit(executor& ex, const draft_buffers& b, conditional_handl
 // The device-depth round of `bucket` around a step body the engine captured itself, for
 // engines that capture with their own tooling (torch.cuda.graph) and so cannot record a WHILE
 // node: the graph is WHILE (set at launch) { step_body; continue_while_confident }. step_body
-// must be this bucket's device-step body: setup_round, step_metadata_at_device_step, the
+// must be this bucket's device-step body: setup_round, step_metadata(at_device_step), the
 // forward (writing b.confidence()), advance_step, e.g. imported with import_cuda_graph; its
 // memory must stay valid while the result is used. Launch the instantiated result once per
-// round after staging (stage_round with max_depth / min_confidence): the depth run is left in
-// b.device_step(). A capture of its own, on a private stream of ex (begin_private_capture: ex's
-// stream may be the legacy default stream), not inside a capture of ex's stream; no sync.
+// round after staging (stage_round with max_depth / min_confidence; with inputs read in place,
+// `in`, after begin_round): the depth run is left in b.device_step(). A capture of its own, on a
+// private stream of ex (begin_private_capture: ex's stream may be the legacy default stream),
+// not inside a capture of ex's stream; no sync.
 // Throws invalid_argument without config.device_depth or for an unplanned bucket,
 // capture_violation when step_body holds what a conditional body may not (event nodes) or a
 // conditional node (CUDA refuses one in a child graph).
 std::unique_ptr<graph> capture_device_depth_round(executor& ex, const draft_buffers& b,
-                                                  std::int32_t bucket, const graph& step_body);
+                                                  std::int32_t bucket, const graph& step_body,
+                                                  const round_source& in = {});
 // The row stride req_to_token is read at: tables.req_to_token_stride, or max_context_len when 0.
 // Throws invalid_argument naming req_to_token_stride below max_context_len or above 2^31.
 std::int64_t req_to_token_stride(const draft_config& c, const engine_tables& tables);

@@ -8,8 +8,8 @@
 //     rt.stage(inputs);           // copy + pad into the static inputs of the smallest bucket >= bs
 //     rt.run_round(depth);        // replay steps 0..depth-1 (or rt.replay(s) one at a time)
 //
-// graph(B, s) = [setup_round (step 0 only)] + [step_metadata(s) with FA3] + [csr_step_indices(s)
-// with CSR] + [forward(s)] (the plan's formats decide which metadata; docs/csr.md). The
+// graph(B, s) = [setup_round (step 0 only)] + [step_metadata(s) with FA3] + [csr_indices(s) with
+// CSR] + [forward(s)] (the plan's formats decide which metadata; docs/csr.md). The
 // step-invariant prefix metadata and the guard reset run in graph(B, 0) only, so steps are
 // replayed in order 0, 1, ... after each stage().
 //
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "specgraph/buffers.hpp"
+#include "specgraph/csr_ops.hpp"
 #include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
@@ -36,6 +37,7 @@
 #include "specgraph/metadata.hpp"
 #include "specgraph/ops.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/round_io.hpp"
 #include "specgraph/verify_ops.hpp"
 
 namespace specgraph {
@@ -162,13 +164,17 @@ class draft_runtime {
   // checked mode). Capture-safe, but normally called before replaying.
   void stage_device(const device_round_inputs& in);
   // Inputs read in place (engine_inputs.hpp; docs/engines.md): binds the engine's own static
-  // input tensors once, before capture(): every graph captured afterwards (and run_eager) reads
-  // them where they are, so no round copies anything; stage() and stage_device() are then
-  // refused and each round starts with begin_round(). Throws invalid_argument naming the field
-  // (check_engine_inputs), or "inputs" once graphs were captured (they baked in the staged
-  // inputs). Host work only: no stream, no sync; not during capture.
+  // input tensors once, before capture(): the runtime keeps them as its round_source
+  // (round_io.hpp), checked here once (check_engine_inputs) and never again; every graph
+  // captured afterwards (and run_eager) reads them where they are, so no round copies anything;
+  // stage() and stage_device() are then refused and each round starts with begin_round().
+  // Throws invalid_argument naming the field, or "inputs" once graphs were captured (they baked
+  // in the staged inputs). Host work only: no stream, no sync; not during capture.
   void bind_inputs(const engine_inputs& in);
-  bool inputs_bound() const noexcept { return inputs_bound_; }
+  bool inputs_bound() const noexcept { return !source_.staged(); }
+  // Where the round's ops read: the staged inputs, or the bound ones (bind_inputs). Host only:
+  // no stream, no sync.
+  const round_source& source() const noexcept { return source_; }
   // With inputs bound: the next round replays `bucket` (a planned bucket, e.g. the engine's own
   // padded batch size; invalid_argument "bucket" otherwise), reading what the engine wrote into
   // its inputs (order it with run_round's events.wait_for). With device_steps it enqueues
@@ -274,8 +280,7 @@ class draft_runtime {
   executor* ex_;
   std::unique_ptr<const specgraph::plan> plan_;  // stable address: buffers_ points at it
   engine_tables tables_;
-  engine_inputs inputs_;  // read in place when inputs_bound_ (bind_inputs)
-  bool inputs_bound_ = false;
+  round_source source_;        // the staged inputs, or the engine's read in place (bind_inputs)
   device_buffer owned_arena_;  // empty over caller memory
   draft_buffers buffers_;
   std::vector<forward_fn> forwards_;  // [num_steps]

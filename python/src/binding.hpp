@@ -129,7 +129,7 @@ class inputs_obj : public ffi::Object {
  public:
   std::shared_ptr<const specgraph::plan> plan;
   DLDevice device{kDLCPU, 0};
-  specgraph::engine_inputs in;
+  specgraph::round_source source;  // checked against *plan when made
   ffi::Tensor req_pool_indices, seq_lens, out_cache_loc;
   ffi::Optional<ffi::Tensor> real_batch;
   static constexpr bool _type_mutable = false;
@@ -145,43 +145,23 @@ using opt_tensor = ffi::Optional<ffi::Tensor>;
 
 // The engine's static inputs read in place (inputs.cpp), each tensor checked against the plan
 // (dtype, shape, strides, device): invalid_argument names the tensor, its dtype, shape and
-// strides and what is needed.
+// strides and what is needed. The library's own check (check_engine_inputs) runs when the
+// round_source is made from them, once.
 specgraph::engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_indices,
                                    const ffi::TensorView& seq_lens,
                                    const ffi::TensorView& out_cache_loc,
                                    const opt_tensor& real_batch);
-// The source an op reads: null for the staged inputs, else the bound inputs as bind_inputs
-// checked them (checked again, into `again`, only when bound against another plan or device).
-const specgraph::engine_inputs* source_of(const buffers_ref& b, const source_arg& source,
-                                          specgraph::engine_inputs& again);
+// The source an op reads: the staged inputs (no source), else the bound inputs' round_source as
+// bind_inputs made it (made, and so checked, again only when bound against another plan or
+// device).
+specgraph::round_source source_of(const buffers_ref& b, const source_arg& source);
 
-// h1: today's C++ round ops spell the source as an overload (with or without engine_inputs);
-// with sources as values this is one call. f(in...) calls the op with the source, if any.
-template <class F>
-void with_source(const specgraph::engine_inputs* in, F&& f) {
-  if (in != nullptr) {
-    f(*in);
-  } else {
-    f();
-  }
-}
-
-// The CSR target an op writes: null for the arena's CSR buffers, else the engine's kv_indptr /
-// kv_indices (both or neither: invalid_argument names the missing one) checked against the plan
-// into `out` (bind_csr_outputs' checks); `arena` and req_to_token must not share memory with them.
-const specgraph::csr_outputs* target_of(const buffers_ref& b, const opt_tensor& kv_indptr,
-                                        const opt_tensor& kv_indices, const void* arena,
-                                        const ffi::TensorView& req_to_token,
-                                        specgraph::csr_outputs& out);
-// h1: as with_source, for the CSR target (an overload with or without csr_outputs today).
-template <class F>
-void with_target(const specgraph::csr_outputs* out, F&& f) {
-  if (out != nullptr) {
-    f(*out);
-  } else {
-    f();
-  }
-}
+// The CSR target an op writes: the arena's CSR buffers (neither tensor), else the engine's
+// kv_indptr / kv_indices (both or neither: invalid_argument names the missing one), checked
+// against the plan once, when the csr_target is made (csr.cpp).
+specgraph::csr_target target_of(const buffers_ref& b, const opt_tensor& kv_indptr,
+                                const opt_tensor& kv_indices, const void* arena,
+                                const ffi::TensorView& req_to_token);
 
 // ---- executors --------------------------------------------------------------------------------
 // The executor for work on `device`: the host executor for CPU memory; for CUDA memory a cuda

@@ -126,16 +126,16 @@ csr_outputs outputs_of(const buffers_ref& b, const ffi::TensorView& kv_indptr,
   out.kv_indices_type = i64 ? index_type::int64 : index_type::int32;
   out.kv_indices_stride = ix.stride;
   out.kv_indices_size = ix.rows == 0 ? 0 : (ix.rows - 1) * ix.stride + ix.width;
-  check_csr_outputs(p, out);  // the library's own bind-time check (the same sizes)
-  return out;
+  return out;  // the library's own check (the same sizes) runs when a csr_target is made
 }
 
 // Bind time (no op): the outputs checked once; returns [kv_indices is int64, kv_indptr's row
 // stride, kv_indices' row stride]. Host work only.
 ffi::Array<std::int64_t> csr_check_outputs(buffers_ref b, ffi::TensorView arena,
                                            ffi::TensorView kv_indptr, ffi::TensorView kv_indices) {
-  const csr_outputs out =
-      outputs_of(b, kv_indptr, kv_indices, buffers_of(b, arena).base(), nullptr);
+  const csr_target target(
+      *b->plan, outputs_of(b, kv_indptr, kv_indices, buffers_of(b, arena).base(), nullptr));
+  const csr_outputs& out = target.outputs();
   return {out.kv_indices_type == index_type::int64 ? 1 : 0, out.kv_indptr_stride,
           out.kv_indices_stride};
 }
@@ -150,25 +150,12 @@ void csr_step_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan(*b->plan);
   const engine_tables tables = tables_of(b, req_to_token);
-  csr_outputs held;
-  const csr_outputs* out = target_of(b, kv_indptr, kv_indices, bufs.base(), req_to_token, held);
-  engine_inputs again;
-  const engine_inputs* in = source_of(b, source, again);
-  executor& ex = executor_for(b->device);
+  const csr_target out = target_of(b, kv_indptr, kv_indices, bufs.base(), req_to_token);
+  const round_source in = source_of(b, source);
   const std::int32_t at = int32_arg("bucket", bucket);
-  if (!step.has_value()) {
-    with_target(out, [&](const auto&... o) {
-      with_source(in, [&](const auto&... i) {
-        csr_indices_at_device_step(ex, bufs, at, tables, o..., i...);
-      });
-    });
-    return;
-  }
-  const std::int32_t s = int32_arg("step", step.value());
-  with_target(out, [&](const auto&... o) {
-    with_source(in,
-                [&](const auto&... i) { csr_step_indices(ex, bufs, at, s, tables, o..., i...); });
-  });
+  const round_step s =
+      step.has_value() ? round_step(int32_arg("step", step.value())) : at_device_step;
+  csr_indices(executor_for(b->device), bufs, at, s, tables, out, in);
 }
 
 // Every step of the round at once, from the source into the target (as csr_step_op).
@@ -179,15 +166,10 @@ void csr_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan(*b->plan);
   const engine_tables tables = tables_of(b, req_to_token);
-  csr_outputs held;
-  const csr_outputs* out = target_of(b, kv_indptr, kv_indices, bufs.base(), req_to_token, held);
-  engine_inputs again;
-  const engine_inputs* in = source_of(b, source, again);
-  executor& ex = executor_for(b->device);
-  const std::int32_t at = int32_arg("bucket", bucket);
-  with_target(out, [&](const auto&... o) {
-    with_source(in, [&](const auto&... i) { csr_round_indices(ex, bufs, at, tables, o..., i...); });
-  });
+  const csr_target out = target_of(b, kv_indptr, kv_indices, bufs.base(), req_to_token);
+  const round_source in = source_of(b, source);
+  csr_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), whole_round, tables, out,
+              in);
 }
 
 // ---- specgraph.metadata.draft_kv_indices: the kernels' host twin on host arrays ---------------
@@ -328,18 +310,17 @@ ffi::Array<ffi::Any> kv_indices_run_host(
 
 }  // namespace
 
-const csr_outputs* target_of(const buffers_ref& b, const opt_tensor& kv_indptr,
-                             const opt_tensor& kv_indices, const void* arena,
-                             const ffi::TensorView& req_to_token, csr_outputs& out) {
-  if (!kv_indptr.has_value() && !kv_indices.has_value()) return nullptr;  // the arena
+csr_target target_of(const buffers_ref& b, const opt_tensor& kv_indptr,
+                     const opt_tensor& kv_indices, const void* arena,
+                     const ffi::TensorView& req_to_token) {
+  if (!kv_indptr.has_value() && !kv_indices.has_value()) return {};  // the arena
   SPECGRAPH_EXPECTS(kv_indptr.has_value(), "kv_indptr",
                     "not given with kv_indices: the engine's outputs are both or neither");
   SPECGRAPH_EXPECTS(kv_indices.has_value(), "kv_indices",
                     "not given with kv_indptr: the engine's outputs are both or neither");
   const ffi::Tensor indptr_held = kv_indptr.value(), indices_held = kv_indices.value();
-  out = outputs_of(b, ffi::TensorView(indptr_held), ffi::TensorView(indices_held), arena,
-                   &req_to_token);
-  return &out;
+  return csr_target(*b->plan, outputs_of(b, ffi::TensorView(indptr_held),
+                                         ffi::TensorView(indices_held), arena, &req_to_token));
 }
 
 TVM_FFI_STATIC_INIT_BLOCK() {

@@ -107,19 +107,17 @@ engine_inputs inputs_of(const buffers_ref& b, const ffi::TensorView& req_pool_in
     on_device("real_batch", t, b, needed);
     in.real_batch = static_cast<const std::int32_t*>(address_of(t));
   }
-  check_engine_inputs(*b->plan, in);
   return in;
 }
 
-const engine_inputs* source_of(const buffers_ref& b, const source_arg& source,
-                               engine_inputs& again) {
-  if (!source.has_value()) return nullptr;
+round_source source_of(const buffers_ref& b, const source_arg& source) {
+  if (!source.has_value()) return {};
   const inputs_obj* s = source.value().get();
   const bool same_device =
       s->device.device_type == b->device.device_type && s->device.device_id == b->device.device_id;
-  if (s->plan == b->plan && same_device) return &s->in;  // checked once, by bind_inputs
-  again = inputs_of(b, s->req_pool_indices, s->seq_lens, s->out_cache_loc, s->real_batch);
-  return &again;
+  if (s->plan == b->plan && same_device) return s->source;  // checked once, by bind_inputs
+  return round_source(
+      *b->plan, inputs_of(b, s->req_pool_indices, s->seq_lens, s->out_cache_loc, s->real_batch));
 }
 
 namespace {
@@ -129,7 +127,8 @@ namespace {
 inputs_ref bind_inputs(buffers_ref b, ffi::Tensor req_pool_indices, ffi::Tensor seq_lens,
                        ffi::Tensor out_cache_loc, opt_tensor real_batch) {
   auto n = ffi::make_object<inputs_obj>();
-  n->in = inputs_of(b, req_pool_indices, seq_lens, out_cache_loc, real_batch);
+  n->source =
+      round_source(*b->plan, inputs_of(b, req_pool_indices, seq_lens, out_cache_loc, real_batch));
   n->plan = b->plan;
   n->device = b->device;
   n->req_pool_indices = std::move(req_pool_indices);

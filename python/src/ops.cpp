@@ -197,10 +197,7 @@ void round_setup(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   const draft_buffers bufs = buffers_of(b, arena);
   const engine_tables tables = tables_of(b, req_to_token);
   const std::int32_t at = int32_arg("bucket", bucket);
-  engine_inputs again;
-  with_source(source_of(b, source, again), [&](const auto&... in) {
-    setup_round(executor_for(b->device), bufs, at, tables, in...);
-  });
+  setup_round(executor_for(b->device), bufs, at, tables, source_of(b, source));
 }
 
 // One step's expand metadata; step None: the step the device counter holds (device_steps mode,
@@ -211,14 +208,9 @@ void step_metadata_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   const draft_buffers bufs = buffers_of(b, arena);
   const std::int32_t at = int32_arg("bucket", bucket);
   executor& ex = executor_for(b->device);
-  engine_inputs again;
-  const engine_inputs* in = source_of(b, source, again);
-  if (step.has_value()) {
-    const std::int32_t s = int32_arg("step", step.value());
-    with_source(in, [&](const auto&... i) { step_metadata(ex, bufs, at, s, i...); });
-  } else {
-    with_source(in, [&](const auto&... i) { step_metadata_at_device_step(ex, bufs, at, i...); });
-  }
+  const round_step s =
+      step.has_value() ? round_step(int32_arg("step", step.value())) : at_device_step;
+  step_metadata(ex, bufs, at, s, source_of(b, source));
 }
 
 void advance_step_op(buffers_ref b, ffi::TensorView arena) {

@@ -65,11 +65,8 @@ round_graph_ref make_round_graph(buffers_ref b, ffi::TensorView arena, std::int6
   const std::int32_t at = int32_arg("bucket", bucket);
   const std::unique_ptr<graph> body =
       import_cuda_graph(reinterpret_cast<void*>(static_cast<std::uintptr_t>(cuda_graph)));
-  engine_inputs again;
-  std::unique_ptr<graph> round;
-  with_source(source_of(b, source, again), [&](const auto&... in) {
-    round = capture_device_depth_round(ex, b->buffers, at, *body, in...);
-  });
+  const std::unique_ptr<graph> round =
+      capture_device_depth_round(ex, b->buffers, at, *body, source_of(b, source));
   auto n = ffi::make_object<round_graph_obj>(b);
   n->bucket = at;
   n->exec = ex.instantiate(*round);
@@ -103,10 +100,7 @@ void continue_condition_host(buffers_ref b, ffi::TensorView arena, std::int64_t 
   const auto handle =
       static_cast<conditional_handle>(reinterpret_cast<std::uintptr_t>(address_of(flag)));
   const std::int32_t at = int32_arg("bucket", bucket);
-  engine_inputs again;
-  with_source(source_of(b, source, again), [&](const auto&... in) {
-    continue_while_confident(executor_for(b->device), b->buffers, at, handle, in...);
-  });
+  continue_while_confident(executor_for(b->device), b->buffers, at, handle, source_of(b, source));
 }
 
 }  // namespace

@@ -272,7 +272,7 @@ void world::op_composed_round() {
     ex_->begin_capture();
     try {
       specgraph::setup_round(*ex_, b, bucket, specgraph::engine_tables{rtt_->data()});
-      specgraph::step_metadata_at_device_step(*ex_, b, bucket);
+      specgraph::step_metadata(*ex_, b, bucket, specgraph::at_device_step);
       specgraph::step_view v = b.view(bucket, 0);
       v.ex = ex_.get();
       forward(v);

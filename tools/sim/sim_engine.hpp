@@ -45,10 +45,10 @@ struct sim_options {
   double tolerance = 1e-5;            // relative error allowed against the float64 reference
   // Which attention path the forward runs: fa3 (two passes over the prefix and expand page
   // tables, merged), csr (one pass over the step's kv_indptr / kv_indices, written by
-  // csr_step_indices, or csr_round_indices under device_steps), or both (then the two paths'
-  // outputs are also compared on every round, see run_report::agreement_*). csr and both plan
-  // formats both (draft_runtime writes the FA3 tables in any case) and widen req_to_token rows to
-  // max_context + (topk - 1) * page_size * nnp + num_steps: the branches' draft positions
+  // csr_indices for the step, or for the whole round under device_steps), or both (then the two
+  // paths' outputs are also compared on every round, see run_report::agreement_*). csr and both
+  // plan formats both (draft_runtime writes the FA3 tables in any case) and widen req_to_token rows
+  // to max_context + (topk - 1) * page_size * nnp + num_steps: the branches' draft positions
   // (docs/csr.md section 1). num_steps <= max_csr_steps with csr.
   metadata_formats format = metadata_formats::fa3;
   bool csr_int64 = false;  // CSR kv_indices int64 (Triton's) instead of int32 (FlashInfer's)

@@ -222,9 +222,9 @@ struct sim_engine::impl {
     const draft_buffers& b = rt->buffers();
     const engine_tables tables{d_req_to_token.as<std::int32_t>()};
     if (v.device_step != nullptr) {
-      csr_round_indices(*ex, b, v.bucket, tables);
+      csr_indices(*ex, b, v.bucket, whole_round, tables);
     } else {
-      csr_step_indices(*ex, b, v.bucket, v.step, tables);
+      csr_indices(*ex, b, v.bucket, v.step, tables);
     }
     csr_attention_kernel::params c{};
     c.q = q_src.as<float>();
