@@ -100,6 +100,43 @@ TEST_P(StageSlots, ABadInt32SlotIsNamed) {
   expect_invalid([&] { eng.rt().stage(host); }, "out_cache_loc[1][2][1]", "-3 is outside");
 }
 
+// Every slot the forwards read is range-checked by the host stage, wherever it lies: packed rows
+// (slot_stride = num_steps, one flat check loop whose last rows * num_steps % 4 slots are a
+// tail of their own) and wider rows (a loop per row), int64 and int32. Each position of rounds
+// of 1 to 3 requests in turn holds -1 or kv_slots and must be named.
+TEST_P(StageSlots, EveryReadSlotIsCheckedInPackedAndWiderRows) {
+  std::mt19937_64 rng(test_seed());
+  for (const std::int32_t stride : {3, 5}) {
+    draft_config cfg = slots_config();
+    cfg.num_steps = 3;
+    cfg.slot_stride = stride;
+    sim_engine eng(*ex, cfg, rng);
+    for (std::int32_t batch = 1; batch <= 3; ++batch) {
+      const host_round r = eng.random_round(rng, batch);
+      for (std::int32_t i = 0; i < batch * cfg.topk * cfg.num_steps; ++i) {
+        const std::int32_t row = i / cfg.num_steps, j = i % cfg.num_steps;
+        const auto at = static_cast<std::size_t>(row * stride + j);
+        const std::int64_t bad = i % 2 == 0 ? -1 : cfg.kv_slots;
+        std::vector<std::int64_t> wide(static_cast<std::size_t>(batch * cfg.topk * stride), 0);
+        for (std::int32_t k = 0; k < batch * cfg.topk * cfg.num_steps; ++k) {
+          wide[static_cast<std::size_t>(k / cfg.num_steps * stride + k % cfg.num_steps)] =
+              r.out_cache_loc[static_cast<std::size_t>(k)];
+        }
+        wide[at] = bad;
+        std::vector<std::int32_t> narrow(wide.begin(), wide.end());
+        const std::string field = "out_cache_loc[" + std::to_string(row / cfg.topk) + "][" +
+                                  std::to_string(row % cfg.topk) + "][" + std::to_string(j) + "]";
+        SCOPED_TRACE("slot_stride " + std::to_string(stride) + ", " + field);
+        round_inputs in = r.inputs();
+        in.out_cache_loc = wide.data();
+        expect_invalid([&] { eng.rt().stage(in); }, field, std::to_string(bad) + " is outside");
+        in.out_cache_loc = narrow.data();
+        expect_invalid([&] { eng.rt().stage(in); }, field, std::to_string(bad) + " is outside");
+      }
+    }
+  }
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(StageSlots);
 
 }  // namespace
