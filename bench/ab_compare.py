@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Side-by-side host timing of two builds (A B A B ...): the runtime's host bookkeeping per draft
+step (bench_graphs replay/stage_and_round/<mode>/host-null-kernels, counter us_per_step) and the
+fused expand kernel against the multi-pass baseline on the host executor (bench_metadata
+expand/{fused,multipass}/host). Alternating the two builds in one session cancels the drift of
+a shared machine; the load average is printed with every run.
+
+    python3 bench/ab_compare.py OLD_BUILD_DIR NEW_BUILD_DIR [--rounds 4] [--bucket 256]
+
+Each BUILD_DIR is a host build tree holding bench/bench_graphs and bench/bench_metadata.
+Prints, per benchmark, every run's value and the median of each build. Not a test: no target.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+MODES = ("per_step", "round_graphs", "device_steps", "device_depth")
+
+
+def run(binary, bench_filter, repetitions, min_time):
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    try:
+        subprocess.run(
+            [binary, f"--benchmark_filter={bench_filter}",
+             f"--benchmark_repetitions={repetitions}", f"--benchmark_min_time={min_time}s",
+             "--benchmark_report_aggregates_only=true", f"--benchmark_out={out}",
+             "--benchmark_out_format=json"],
+            check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            return json.load(f)["benchmarks"]
+    finally:
+        os.unlink(out)
+
+
+def medians(benchmarks, key):
+    """{run_name: the median aggregate's `key` (a counter, or real_time)}."""
+    return {b["run_name"]: b[key] for b in benchmarks if b.get("aggregate_name") == "median"}
+
+
+def one_round(build, bucket):
+    graphs = run(os.path.join(build, "bench", "bench_graphs"),
+                 f"replay/stage_and_round/.*/host-null-kernels/bucket:{bucket}/", 5, 0.2)
+    expand = run(os.path.join(build, "bench", "bench_metadata"),
+                 f"expand/(fused|multipass)/host/bucket:{bucket}/topk:8/page_size:16/step:4/",
+                 5, 0.2)
+    values = {}
+    for name, v in medians(graphs, "us_per_step").items():
+        values["us_per_step " + name.split("/")[2]] = v
+    for name, v in medians(expand, "real_time").items():
+        values["us " + name.split("/")[1]] = v
+    if "us fused" in values and "us multipass" in values:
+        values["fused lead x"] = values["us multipass"] / values["us fused"]
+    return values
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--bucket", type=int, default=256)
+    a = ap.parse_args()
+    runs = {"A": [], "B": []}
+    for r in range(a.rounds):
+        for label, build in (("A", a.old), ("B", a.new)):
+            load = os.getloadavg()[0]
+            v = one_round(build, a.bucket)
+            runs[label].append((load, v))
+            print(f"round {r} {label} load {load:.2f} " +
+                  " ".join(f"{k}={x:.3f}" for k, x in v.items()), flush=True)
+    keys = list(runs["A"][0][1])
+    print(f"\nmedian of {a.rounds} rounds (A = {a.old}, B = {a.new})")
+    for k in keys:
+        ma = statistics.median(v[k] for _, v in runs["A"])
+        mb = statistics.median(v[k] for _, v in runs["B"])
+        print(f"  {k:28s} A {ma:8.3f}  B {mb:8.3f}  B/A {mb / ma:5.2f}")
+    loads = [load for lst in runs.values() for load, _ in lst]
+    print(f"  load average (1 min) over the runs: {min(loads):.2f} - {max(loads):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
