@@ -181,6 +181,35 @@ std::uint64_t slot_range_bits(const T* base, std::size_t rows, std::size_t strid
   return bits;
 }
 
+// Copies the round's slot rows into the staging slot as int64 (whole rows of `stride`, the
+// unread slots past `read` included) and returns slot_range_bits of the same rows from the same
+// pass: the engine's slots are read once, not once to check and once to copy.
+template <class T>
+std::uint64_t copy_slot_rows(std::int64_t* dst, const T* src, std::size_t rows, std::size_t stride,
+                             std::size_t read, std::uint64_t last) {
+  std::uint64_t bits = 0;
+  if (stride == read) {  // packed rows: one flat loop (vectorises)
+    const std::size_t n = rows * read;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto v = static_cast<std::int64_t>(src[i]);
+      dst[i] = v;
+      bits |= static_cast<std::uint64_t>(v) | (last - static_cast<std::uint64_t>(v));
+    }
+    return bits;
+  }
+  for (std::size_t row = 0; row < rows; ++row) {
+    const T* from = src + row * stride;
+    std::int64_t* to = dst + row * stride;
+    for (std::size_t j = 0; j < read; ++j) {
+      const auto v = static_cast<std::int64_t>(from[j]);
+      to[j] = v;
+      bits |= static_cast<std::uint64_t>(v) | (last - static_cast<std::uint64_t>(v));
+    }
+    for (std::size_t j = read; j < stride; ++j) to[j] = static_cast<std::int64_t>(from[j]);
+  }
+  return bits;
+}
+
 }  // namespace
 
 void draft_runtime::bind_inputs(const engine_inputs& in) {
@@ -259,13 +288,33 @@ void draft_runtime::stage(const round_inputs& in) {
   // bit) or slot > last (the difference wraps). The element is named only on failure. Only the
   // first num_steps slots of each row are checked: the slot_stride - num_steps after them are
   // never read, so whatever the engine keeps there is not an error.
+  //
+  // When this ring slot is free (its copies of three stage() calls ago have run: nearly always)
+  // the check is fused with the copy into the slot, which nothing reads until this stage()
+  // enqueues its copies: a rejected round then leaves bytes in an unused slot, never in the
+  // static inputs. Otherwise the slots are checked first and copied after the wait below, so a
+  // rejected round never waits for the device.
   const auto last = static_cast<std::uint64_t>(c.kv_slots - 1);
-  const std::uint64_t bits =
-      in.out_cache_loc.type == index_type::int64
-          ? slot_range_bits(static_cast<const std::int64_t*>(in.out_cache_loc.data), real_rows,
-                            stride, read, last)
-          : slot_range_bits(static_cast<const std::int32_t*>(in.out_cache_loc.data), real_rows,
-                            stride, read, last);
+  staging_slot& s = *staging_[next_staging_];
+  bool slot_free = !s.in_flight;
+  if (!slot_free && !ex_->capturing()) {
+    guarding_cuda([&] { slot_free = ex_->event_complete(s.copied.get()); });
+  }
+  const bool wide = in.out_cache_loc.type == index_type::int64;
+  auto* slots = reinterpret_cast<std::int64_t*>(s.memory.as<unsigned char>() +  // NOLINT
+                                                s.cache_loc_offset);
+  const auto stage_slots = [&](bool copy) {
+    if (real_rows == 0) return std::uint64_t{0};
+    if (wide) {
+      const auto* from = static_cast<const std::int64_t*>(in.out_cache_loc.data);
+      return copy ? copy_slot_rows(slots, from, real_rows, stride, read, last)
+                  : slot_range_bits(from, real_rows, stride, read, last);
+    }
+    const auto* from = static_cast<const std::int32_t*>(in.out_cache_loc.data);
+    return copy ? copy_slot_rows(slots, from, real_rows, stride, read, last)
+                : slot_range_bits(from, real_rows, stride, read, last);
+  };
+  const std::uint64_t bits = stage_slots(slot_free);
   const bool any_bad = (bits >> 63) != 0;
   for (std::size_t row = 0; any_bad && row < real_rows; ++row) {
     for (std::size_t j = 0; j < read; ++j) {
@@ -280,12 +329,12 @@ void draft_runtime::stage(const round_inputs& in) {
     }
   }
 
-  staging_slot& s = *staging_[next_staging_];
   guarding_cuda([&] {
     // The ring is full only when this slot's copies (three stage() calls ago) have not run yet.
-    if (s.in_flight) ex_->synchronize_event(s.copied.get());
+    if (s.in_flight && !slot_free) ex_->synchronize_event(s.copied.get());
     // The engine's event first: the copies and the round after them wait for what it wrote.
     if (in.wait_for != nullptr) ex_->wait_event(in.wait_for);
+    if (!slot_free) (void)stage_slots(true);
     fill_staging_slot(s, in, bucket);
     // Host staging validated everything: its guard word is clean.
     ex_->fill_bytes(buffers_.guards() + plan_layout::guard_stage, 0, sizeof(guard_word));
@@ -335,13 +384,7 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
   }
   const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.slot_stride;
   const std::size_t real_slots = static_cast<std::size_t>(in.batch) * per_request;
-  // Whole rows, the unread slots past num_steps included (never null when batch > 0).
-  if (real_slots > 0 && in.out_cache_loc.type == index_type::int64) {
-    std::memcpy(slots, in.out_cache_loc.data, real_slots * sizeof(std::int64_t));
-  } else if (real_slots > 0) {  // int32 (stage() refused any other type): widened, once typed
-    const auto* from = static_cast<const std::int32_t*>(in.out_cache_loc.data);
-    for (std::size_t i = 0; i < real_slots; ++i) slots[i] = from[i];
-  }
+  // The real rows were copied by stage() (copy_slot_rows, with their check); the padded ones:
   std::fill(slots + real_slots, slots + static_cast<std::size_t>(bucket) * per_request, 0);
 }
 
