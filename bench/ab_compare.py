@@ -5,9 +5,9 @@ fused expand kernel against the multi-pass baseline on the host executor (bench_
 expand/{fused,multipass}/host). Alternating the two builds in one session cancels the drift of
 a shared machine; the load average is printed with every run.
 
-    python3 bench/ab_compare.py OLD_BUILD_DIR NEW_BUILD_DIR [--rounds 4] [--bucket 256]
+    python3 bench/ab_compare.py OLD_BUILD_DIR NEW_BUILD_DIR [MORE_DIRS] [--rounds 4] [--bucket 256]
 
-Each BUILD_DIR is a host build tree holding bench/bench_graphs and bench/bench_metadata.
+Each BUILD_DIR (A, B, ...; ratios are against A) is a host build tree holding bench/bench_graphs and bench/bench_metadata.
 Prints, per benchmark, every run's value and the median of each build: the means
 (us_per_step, the manual time) and the minima (us_per_step_min: the fastest 32-round window;
 device_us_min: the fastest launch), which preemption disturbs least. Not a test: no target.
@@ -69,25 +69,27 @@ def one_round(build, bucket):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("old")
-    ap.add_argument("new")
+    ap.add_argument("builds", nargs="+", help="two or more host build trees, run in turn")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--bucket", type=int, default=256)
     a = ap.parse_args()
-    runs = {"A": [], "B": []}
+    labels = [chr(ord("A") + i) for i in range(len(a.builds))]
+    runs = {label: [] for label in labels}
     for r in range(a.rounds):
-        for label, build in (("A", a.old), ("B", a.new)):
+        for label, build in zip(labels, a.builds):
             load = os.getloadavg()[0]
             v = one_round(build, a.bucket)
             runs[label].append((load, v))
             print(f"round {r} {label} load {load:.2f} " +
                   " ".join(f"{k}={x:.3f}" for k, x in v.items()), flush=True)
-    keys = list(runs["A"][0][1])
-    print(f"\nmedian of {a.rounds} rounds (A = {a.old}, B = {a.new})")
-    for k in keys:
-        ma = statistics.median(v[k] for _, v in runs["A"])
-        mb = statistics.median(v[k] for _, v in runs["B"])
-        print(f"  {k:28s} A {ma:8.3f}  B {mb:8.3f}  B/A {mb / ma:5.2f}")
+    print(f"\nmedian of {a.rounds} rounds; " +
+          ", ".join(f"{label} = {b}" for label, b in zip(labels, a.builds)))
+    print(f"  {'':28s} " + " ".join(f"{label:>9s}" for label in labels) +
+          "".join(f"  {label}/A" for label in labels[1:]))
+    for k in runs["A"][0][1]:
+        m = [statistics.median(v[k] for _, v in runs[label]) for label in labels]
+        print(f"  {k:28s} " + " ".join(f"{x:9.3f}" for x in m) +
+              "".join(f" {x / m[0]:5.2f}" for x in m[1:]))
     loads = [load for lst in runs.values() for load, _ in lst]
     print(f"  load average (1 min) over the runs: {min(loads):.2f} - {max(loads):.2f}")
     return 0
