@@ -264,8 +264,10 @@ void draft_runtime::stage(const round_inputs& in) {
   check_round_control(c, in.max_depth, in.min_confidence);
   const std::int32_t bucket = plan_->round_bucket(in.batch, in.bucket);
 
-  // Validate everything before anything is written (not even the staging slot): a rejected
-  // round leaves the static inputs untouched. Checks in int64, so no value is narrowed first.
+  // Validate everything before anything is enqueued: a rejected round leaves the static inputs
+  // untouched and enqueues nothing (the slots' check may write a free staging slot, below,
+  // which nothing reads until a stage() enqueues its copies). Checks in int64, so no value is
+  // narrowed first.
   for (std::int32_t i = 0; i < in.batch; ++i) {
     // The field name is built only on failure: this loop runs for every request of every round.
     const std::int64_t pool_row = load(in.req_pool_index, static_cast<std::size_t>(i));
