@@ -10,6 +10,7 @@
 #include "device/checks.hpp"
 #include "device/nvtx.hpp"
 #include "runtime/runtime_parts.hpp"
+#include "runtime/slot_rows.hpp"
 #include "specgraph/error.hpp"
 
 namespace specgraph {
@@ -147,69 +148,6 @@ std::int64_t load(const index_array& a, std::size_t i) {
                                      : static_cast<const std::int32_t*>(a.data)[i];
 }
 
-// Bit 63 is set when one of the first `read` slots of a row is outside [0, last] (stage()).
-template <class T>
-std::uint64_t slot_range_bits(const T* base, std::size_t rows, std::size_t stride, std::size_t read,
-                              std::uint64_t last) {
-  std::uint64_t bits = 0;
-  if (stride == read) {
-    // Packed rows (every slot is read): one flat loop, which vectorises; a loop per row of
-    // num_steps (about 5) slots does not, and costs stage() several times more.
-    // Four independent accumulators: the loop is bound by loads, not by one chain of ORs.
-    const std::size_t n = rows * read;
-    std::uint64_t acc[4] = {0, 0, 0, 0};
-    std::size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      for (std::size_t k = 0; k < 4; ++k) {
-        const auto slot = static_cast<std::uint64_t>(static_cast<std::int64_t>(base[i + k]));
-        acc[k] |= slot | (last - slot);
-      }
-    }
-    for (; i < n; ++i) {
-      const auto slot = static_cast<std::uint64_t>(static_cast<std::int64_t>(base[i]));
-      bits |= slot | (last - slot);
-    }
-    return bits | acc[0] | acc[1] | acc[2] | acc[3];
-  }
-  for (std::size_t row = 0; row < rows; ++row) {
-    const T* slots = base + row * stride;
-    for (std::size_t j = 0; j < read; ++j) {
-      const auto slot = static_cast<std::uint64_t>(static_cast<std::int64_t>(slots[j]));
-      bits |= slot | (last - slot);
-    }
-  }
-  return bits;
-}
-
-// Copies the round's slot rows into the staging slot as int64 (whole rows of `stride`, the
-// unread slots past `read` included) and returns slot_range_bits of the same rows from the same
-// pass: the engine's slots are read once, not once to check and once to copy.
-template <class T>
-std::uint64_t copy_slot_rows(std::int64_t* dst, const T* src, std::size_t rows, std::size_t stride,
-                             std::size_t read, std::uint64_t last) {
-  std::uint64_t bits = 0;
-  if (stride == read) {  // packed rows: one flat loop (vectorises)
-    const std::size_t n = rows * read;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto v = static_cast<std::int64_t>(src[i]);
-      dst[i] = v;
-      bits |= static_cast<std::uint64_t>(v) | (last - static_cast<std::uint64_t>(v));
-    }
-    return bits;
-  }
-  for (std::size_t row = 0; row < rows; ++row) {
-    const T* from = src + row * stride;
-    std::int64_t* to = dst + row * stride;
-    for (std::size_t j = 0; j < read; ++j) {
-      const auto v = static_cast<std::int64_t>(from[j]);
-      to[j] = v;
-      bits |= static_cast<std::uint64_t>(v) | (last - static_cast<std::uint64_t>(v));
-    }
-    for (std::size_t j = read; j < stride; ++j) to[j] = static_cast<std::int64_t>(from[j]);
-  }
-  return bits;
-}
-
 }  // namespace
 
 void draft_runtime::bind_inputs(const engine_inputs& in) {
@@ -309,12 +247,12 @@ void draft_runtime::stage(const round_inputs& in) {
     if (real_rows == 0) return std::uint64_t{0};
     if (wide) {
       const auto* from = static_cast<const std::int64_t*>(in.out_cache_loc.data);
-      return copy ? copy_slot_rows(slots, from, real_rows, stride, read, last)
-                  : slot_range_bits(from, real_rows, stride, read, last);
+      return copy ? detail::copy_slot_rows(slots, from, real_rows, stride, read, last)
+                  : detail::slot_range_bits(from, real_rows, stride, read, last);
     }
     const auto* from = static_cast<const std::int32_t*>(in.out_cache_loc.data);
-    return copy ? copy_slot_rows(slots, from, real_rows, stride, read, last)
-                : slot_range_bits(from, real_rows, stride, read, last);
+    return copy ? detail::copy_slot_rows(slots, from, real_rows, stride, read, last)
+                : detail::slot_range_bits(from, real_rows, stride, read, last);
   };
   const std::uint64_t bits = stage_slots(slot_free);
   const bool any_bad = (bits >> 63) != 0;

@@ -112,9 +112,8 @@ TEST_P(StageSlots, ABadInt32SlotIsNamed) {
 }
 
 // Every slot the forwards read is range-checked by the host stage, wherever it lies: packed rows
-// (slot_stride = num_steps, one flat check loop whose last rows * num_steps % 4 slots are a
-// tail of their own) and wider rows (a loop per row), int64 and int32. Each position of rounds
-// of 1 to 3 requests in turn holds -1 or kv_slots and must be named.
+// (slot_stride = num_steps, one flat loop) and wider rows (a loop per row), int64 and int32. Each
+// position of rounds of 1 to 3 requests in turn holds -1 or kv_slots and must be named.
 TEST_P(StageSlots, EveryReadSlotIsCheckedInPackedAndWiderRows) {
   std::mt19937_64 rng(test_seed());
   for (const std::int32_t stride : {3, 5}) {
@@ -165,16 +164,17 @@ TEST(StageSlotsRingFull, ABadSlotIsNamedWithoutAWaitAndNothingOfItIsStaged) {
       in.out_cache_loc = good_rows.data();
       eng.rt().stage(in);
     }
+    // The last slot read of the last row (request 1, branch 2, slot 1): the end of the check.
     const host_round r = eng.random_round(rng, 2);
     std::vector<std::int64_t> wide = rows_at_stride(r, cfg, stride);
-    wide[static_cast<std::size_t>(3 * stride + 1)] = -2;  // request 1, branch 0, slot 1
+    wide[static_cast<std::size_t>(5 * stride + 1)] = -2;
     const std::vector<std::int32_t> narrow(wide.begin(), wide.end());
     const std::int64_t waits = slow->counters().event_waits;
     round_inputs in = r.inputs();
     in.out_cache_loc = wide.data();
-    expect_invalid([&] { eng.rt().stage(in); }, "out_cache_loc[1][0][1]", "-2 is outside");
+    expect_invalid([&] { eng.rt().stage(in); }, "out_cache_loc[1][2][1]", "-2 is outside");
     in.out_cache_loc = narrow.data();
-    expect_invalid([&] { eng.rt().stage(in); }, "out_cache_loc[1][0][1]", "-2 is outside");
+    expect_invalid([&] { eng.rt().stage(in); }, "out_cache_loc[1][2][1]", "-2 is outside");
     EXPECT_EQ(slow->counters().event_waits, waits) << "slot_stride " << stride;
     slow->synchronize();
     EXPECT_EQ(eng.read(eng.rt().buffers().out_cache_loc(), good_rows.size()), good_rows)
