@@ -10,6 +10,7 @@
 #include "device/checks.hpp"
 #include "device/nvtx.hpp"
 #include "runtime/runtime_parts.hpp"
+#include "runtime/slot_rows.hpp"
 #include "specgraph/error.hpp"
 
 namespace specgraph {
@@ -147,21 +148,6 @@ std::int64_t load(const index_array& a, std::size_t i) {
                                      : static_cast<const std::int32_t*>(a.data)[i];
 }
 
-// Bit 63 is set when one of the first `read` slots of a row is outside [0, last] (stage()).
-template <class T>
-std::uint64_t slot_range_bits(const T* base, std::size_t rows, std::size_t stride, std::size_t read,
-                              std::uint64_t last) {
-  std::uint64_t bits = 0;
-  for (std::size_t row = 0; row < rows; ++row) {
-    const T* slots = base + row * stride;
-    for (std::size_t j = 0; j < read; ++j) {
-      const auto slot = static_cast<std::uint64_t>(static_cast<std::int64_t>(slots[j]));
-      bits |= slot | (last - slot);
-    }
-  }
-  return bits;
-}
-
 }  // namespace
 
 void draft_runtime::bind_inputs(const engine_inputs& in) {
@@ -214,8 +200,10 @@ void draft_runtime::stage(const round_inputs& in) {
   check_round_control(c, in.max_depth, in.min_confidence);
   const std::int32_t bucket = plan_->round_bucket(in.batch, in.bucket);
 
-  // Validate everything before anything is written (not even the staging slot): a rejected
-  // round leaves the static inputs untouched. Checks in int64, so no value is narrowed first.
+  // Validate everything before anything is enqueued: a rejected round leaves the static inputs
+  // untouched and enqueues nothing (the slots' check may write a free staging slot, below,
+  // which nothing reads until a stage() enqueues its copies). Checks in int64, so no value is
+  // narrowed first.
   for (std::int32_t i = 0; i < in.batch; ++i) {
     // The field name is built only on failure: this loop runs for every request of every round.
     const std::int64_t pool_row = load(in.req_pool_index, static_cast<std::size_t>(i));
@@ -238,13 +226,33 @@ void draft_runtime::stage(const round_inputs& in) {
   // bit) or slot > last (the difference wraps). The element is named only on failure. Only the
   // first num_steps slots of each row are checked: the slot_stride - num_steps after them are
   // never read, so whatever the engine keeps there is not an error.
+  //
+  // When this ring slot is free (its copies of three stage() calls ago have run: nearly always)
+  // the check is fused with the copy into the slot, which nothing reads until this stage()
+  // enqueues its copies: a rejected round then leaves bytes in an unused slot, never in the
+  // static inputs. Otherwise the slots are checked first and copied after the wait below, so a
+  // rejected round never waits for the device.
   const auto last = static_cast<std::uint64_t>(c.kv_slots - 1);
-  const std::uint64_t bits =
-      in.out_cache_loc.type == index_type::int64
-          ? slot_range_bits(static_cast<const std::int64_t*>(in.out_cache_loc.data), real_rows,
-                            stride, read, last)
-          : slot_range_bits(static_cast<const std::int32_t*>(in.out_cache_loc.data), real_rows,
-                            stride, read, last);
+  staging_slot& s = *staging_[next_staging_];
+  bool slot_free = !s.in_flight;
+  if (!slot_free && !ex_->capturing()) {
+    guarding_cuda([&] { slot_free = ex_->event_complete(s.copied.get()); });
+  }
+  const bool wide = in.out_cache_loc.type == index_type::int64;
+  auto* slots = reinterpret_cast<std::int64_t*>(s.memory.as<unsigned char>() +  // NOLINT
+                                                s.cache_loc_offset);
+  const auto stage_slots = [&](bool copy) {
+    if (real_rows == 0) return std::uint64_t{0};
+    if (wide) {
+      const auto* from = static_cast<const std::int64_t*>(in.out_cache_loc.data);
+      return copy ? detail::copy_slot_rows(slots, from, real_rows, stride, read, last)
+                  : detail::slot_range_bits(from, real_rows, stride, read, last);
+    }
+    const auto* from = static_cast<const std::int32_t*>(in.out_cache_loc.data);
+    return copy ? detail::copy_slot_rows(slots, from, real_rows, stride, read, last)
+                : detail::slot_range_bits(from, real_rows, stride, read, last);
+  };
+  const std::uint64_t bits = stage_slots(slot_free);
   const bool any_bad = (bits >> 63) != 0;
   for (std::size_t row = 0; any_bad && row < real_rows; ++row) {
     for (std::size_t j = 0; j < read; ++j) {
@@ -259,12 +267,12 @@ void draft_runtime::stage(const round_inputs& in) {
     }
   }
 
-  staging_slot& s = *staging_[next_staging_];
   guarding_cuda([&] {
     // The ring is full only when this slot's copies (three stage() calls ago) have not run yet.
-    if (s.in_flight) ex_->synchronize_event(s.copied.get());
+    if (s.in_flight && !slot_free) ex_->synchronize_event(s.copied.get());
     // The engine's event first: the copies and the round after them wait for what it wrote.
     if (in.wait_for != nullptr) ex_->wait_event(in.wait_for);
+    if (!slot_free) (void)stage_slots(true);
     fill_staging_slot(s, in, bucket);
     // Host staging validated everything: its guard word is clean.
     ex_->fill_bytes(buffers_.guards() + plan_layout::guard_stage, 0, sizeof(guard_word));
@@ -314,12 +322,7 @@ void draft_runtime::fill_staging_slot(staging_slot& s, const round_inputs& in,
   }
   const std::size_t per_request = static_cast<std::size_t>(c.topk) * c.slot_stride;
   const std::size_t real_slots = static_cast<std::size_t>(in.batch) * per_request;
-  // Whole rows, the unread slots past num_steps included (never null when batch > 0).
-  if (real_slots > 0 && in.out_cache_loc.type == index_type::int64) {
-    std::memcpy(slots, in.out_cache_loc.data, real_slots * sizeof(std::int64_t));
-  } else {
-    for (std::size_t i = 0; i < real_slots; ++i) slots[i] = load(in.out_cache_loc, i);
-  }
+  // The real rows were copied by stage() (copy_slot_rows, with their check); the padded ones:
   std::fill(slots + real_slots, slots + static_cast<std::size_t>(bucket) * per_request, 0);
 }
 

@@ -39,6 +39,17 @@ std::vector<std::int64_t> expected_slots(const host_round& r, std::int32_t bucke
   return out;
 }
 
+// The round's slot rows laid out `stride` slots apart (the slots past num_steps: 0).
+std::vector<std::int64_t> rows_at_stride(const host_round& r, const draft_config& cfg,
+                                         std::int32_t stride) {
+  std::vector<std::int64_t> wide(static_cast<std::size_t>(r.batch * cfg.topk * stride), 0);
+  for (std::int32_t k = 0; k < r.batch * cfg.topk * cfg.num_steps; ++k) {
+    wide[static_cast<std::size_t>(k / cfg.num_steps * stride + k % cfg.num_steps)] =
+        r.out_cache_loc[static_cast<std::size_t>(k)];
+  }
+  return wide;
+}
+
 class StageSlots : public ExecutorTest {};
 
 TEST_P(StageSlots, Int32SlotsStageAsInt64) {
@@ -100,7 +111,77 @@ TEST_P(StageSlots, ABadInt32SlotIsNamed) {
   expect_invalid([&] { eng.rt().stage(host); }, "out_cache_loc[1][2][1]", "-3 is outside");
 }
 
+// Every slot the forwards read is range-checked by the host stage, wherever it lies: packed rows
+// (slot_stride = num_steps, one flat loop) and wider rows (a loop per row), int64 and int32. Each
+// position of rounds of 1 to 3 requests in turn holds -1 or kv_slots and must be named.
+TEST_P(StageSlots, EveryReadSlotIsCheckedInPackedAndWiderRows) {
+  std::mt19937_64 rng(test_seed());
+  for (const std::int32_t stride : {3, 5}) {
+    draft_config cfg = slots_config();
+    cfg.num_steps = 3;
+    cfg.slot_stride = stride;
+    sim_engine eng(*ex, cfg, rng);
+    for (std::int32_t batch = 1; batch <= 3; ++batch) {
+      const host_round r = eng.random_round(rng, batch);
+      for (std::int32_t i = 0; i < batch * cfg.topk * cfg.num_steps; ++i) {
+        const std::int32_t row = i / cfg.num_steps, j = i % cfg.num_steps;
+        const auto at = static_cast<std::size_t>(row * stride + j);
+        const std::int64_t bad = i % 2 == 0 ? -1 : cfg.kv_slots;
+        std::vector<std::int64_t> wide = rows_at_stride(r, cfg, stride);
+        wide[at] = bad;
+        std::vector<std::int32_t> narrow(wide.begin(), wide.end());
+        const std::string field = "out_cache_loc[" + std::to_string(row / cfg.topk) + "][" +
+                                  std::to_string(row % cfg.topk) + "][" + std::to_string(j) + "]";
+        SCOPED_TRACE("slot_stride " + std::to_string(stride) + ", " + field);
+        round_inputs in = r.inputs();
+        in.out_cache_loc = wide.data();
+        expect_invalid([&] { eng.rt().stage(in); }, field, std::to_string(bad) + " is outside");
+        in.out_cache_loc = narrow.data();
+        expect_invalid([&] { eng.rt().stage(in); }, field, std::to_string(bad) + " is outside");
+      }
+    }
+  }
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(StageSlots);
+
+// With every ring slot in flight (a host executor whose work runs only when the host waits),
+// stage() checks the slots before it waits and copies after: a bad slot is named without a
+// wait, and the arena then holds the last good round, nothing of the refused one.
+TEST(StageSlotsRingFull, ABadSlotIsNamedWithoutAWaitAndNothingOfItIsStaged) {
+  std::mt19937_64 rng(test_seed());
+  for (const std::int32_t stride : {2, 4}) {
+    auto slow = make_host_executor({/*deferred=*/true});
+    draft_config cfg = slots_config();
+    cfg.slot_stride = stride;
+    sim_engine eng(*slow, cfg, rng);
+    host_round good;
+    std::vector<std::int64_t> good_rows;
+    for (std::int32_t i = 0; i < draft_runtime::staging_slots; ++i) {
+      good = eng.random_round(rng, 3);
+      good_rows = rows_at_stride(good, cfg, stride);
+      round_inputs in = good.inputs();
+      in.out_cache_loc = good_rows.data();
+      eng.rt().stage(in);
+    }
+    // The last slot read of the last row (request 1, branch 2, slot 1): the end of the check.
+    const host_round r = eng.random_round(rng, 2);
+    std::vector<std::int64_t> wide = rows_at_stride(r, cfg, stride);
+    wide[static_cast<std::size_t>(5 * stride + 1)] = -2;
+    const std::vector<std::int32_t> narrow(wide.begin(), wide.end());
+    const std::int64_t waits = slow->counters().event_waits;
+    round_inputs in = r.inputs();
+    in.out_cache_loc = wide.data();
+    expect_invalid([&] { eng.rt().stage(in); }, "out_cache_loc[1][2][1]", "-2 is outside");
+    in.out_cache_loc = narrow.data();
+    expect_invalid([&] { eng.rt().stage(in); }, "out_cache_loc[1][2][1]", "-2 is outside");
+    EXPECT_EQ(slow->counters().event_waits, waits) << "slot_stride " << stride;
+    slow->synchronize();
+    EXPECT_EQ(eng.read(eng.rt().buffers().out_cache_loc(), good_rows.size()), good_rows)
+        << "slot_stride " << stride;
+    EXPECT_EQ(eng.read(eng.rt().buffers().req_pool_index(), 3), good.req_pool_index);
+  }
+}
 
 }  // namespace
 }  // namespace specgraph::testing

@@ -6,11 +6,17 @@
 //   SPECGRAPH_HD static void run_row(const params&, std::int64_t row);
 // The host executor runs run_row in a loop; the cuda executor launches a thin __global__
 // trampoline (row_kernel_cuda.cuh) with one thread per row. Both run the same function.
+// Optionally K also has
+//   static void run_rows(const params&, std::int64_t rows);
+// which must do exactly what run_row over rows [0, rows) in order does: the host executor then
+// calls it once per launch instead, so a choice uniform across the launch (the dtype and stride
+// of a source, say) is made once, not for every row.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "specgraph/config.hpp"
 
@@ -31,10 +37,21 @@ struct kernel_launch {
   std::size_t params_size = 0;
 };
 
+// Whether K has the optional run_rows (above).
+template <class K, class = void>
+struct has_run_rows : std::false_type {};
+template <class K>
+struct has_run_rows<K, std::void_t<decltype(K::run_rows(std::declval<const typename K::params&>(),
+                                                        std::int64_t{}))>> : std::true_type {};
+
 template <class K>
 void host_run_rows(const void* params, std::int64_t rows) {
   const auto& p = *static_cast<const typename K::params*>(params);
-  for (std::int64_t row = 0; row < rows; ++row) K::run_row(p, row);
+  if constexpr (has_run_rows<K>::value) {
+    K::run_rows(p, rows);
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row) K::run_row(p, row);
+  }
 }
 
 // Builds the launch of K over `rows` rows. `cuda_run` comes from cuda_rows<K> in a .cu file of
