@@ -57,8 +57,8 @@ from .config import DraftConfig
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
 from .plan import Plan, make_plan
 from ._torch_ops import _narrow
-from .verify import (GUARD_SHAPE, VerifyFa3, VerifyFlashInfer, VerifyOutputs, bucket_outputs,
-                     verify_metadata_, verify_tables, verify_violations)
+from .verify import (GUARD_SHAPE, VerifyCapacity, VerifyFa3, VerifyFlashInfer, VerifyOutputs,
+                     bucket_outputs, verify_metadata_, verify_tables, verify_violations)
 
 logger = logging.getLogger("specgraph")
 
@@ -139,7 +139,7 @@ class VerifyGraphs:
         self.d, self.m, self.ps = cfg.verify_tokens, cfg.max_context_len, cfg.page_size
         # C++'s tables of every bucket (verify_tables): the view's slices and the mask's size.
         self._tables = {b: verify_tables(b, self.m, self.d, self.ps) for b in self.buckets}
-        self.cap = verify_capacities_of(self._tables[self.buckets[0]])
+        self.cap = VerifyCapacity(*self._tables[self.buckets[0]]["capacity"])
         self.forward = forward
         self.outputs = outputs
         self.req_to_token = req_to_token
@@ -389,12 +389,6 @@ class VerifyGraphs:
             raise GuardViolation(f"verify graphs: {count} guard violation(s){also} in an earlier "
                                  "run; checked=\"sync\" names the buffer and the request",
                                  violations=count)
-
-
-def verify_capacities_of(tables: Dict[str, Any]) -> Any:
-    from .verify import VerifyCapacity
-
-    return VerifyCapacity(*tables["capacity"])
 
 
 def _tensors(o: VerifyOutputs) -> List[Tuple[str, Any]]:
