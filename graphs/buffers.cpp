@@ -52,6 +52,11 @@ verify_view draft_buffers::verify(std::int32_t bucket) const {
                     std::to_string(bucket) + " is not one of the planned buckets");
   const draft_config& c = plan_->config;
   verify_view v;
+  // The bucket's exact capacities and the plan's strides; the pointers of the plan's layouts.
+  const verify_tables exact =
+      verify_exact_tables(bucket, c.max_context_len, c.page_size, l.draft_tokens);
+  v.prefix_stride = v.prefix_capacity = l.prefix_capacity;
+  v.expand_stride = exact.expand_stride;
   v.bucket = bucket;
   v.draft_tokens = l.draft_tokens;
   v.page_size = c.page_size;
@@ -62,8 +67,6 @@ verify_view draft_buffers::verify(std::int32_t bucket) const {
   auto i32 = [&](std::size_t offset) { return at<std::int32_t>(offset); };
   if (l.fa3) {
     v.prefix_page_table = i32(l.prefix_page_table);
-    v.prefix_stride = l.prefix_capacity;
-    v.prefix_capacity = l.prefix_capacity;
     v.prefix_cache_seqlen = i32(l.prefix_cache_seqlen);
     v.prefix_cu_seqlens_q = i32(l.prefix_cu_seqlens_q);
     v.prefix_cu_seqlens_k = i32(l.prefix_cu_seqlens_k);
@@ -71,16 +74,19 @@ verify_view draft_buffers::verify(std::int32_t bucket) const {
     v.expand_cache_seqlen = i32(l.expand_cache_seqlen);
     v.expand_cu_seqlens_q = i32(l.expand_cu_seqlens_q);
     v.expand_cu_seqlens_k = i32(l.expand_cu_seqlens_k);
+  } else {
+    v.prefix_stride = v.prefix_capacity = 0;
+    v.expand_stride = 0;
   }
   if (l.flashinfer) {
     v.qo_indptr = i32(l.qo_indptr);
     v.kv_indptr = i32(l.kv_indptr);
     v.kv_indices = i32(l.kv_indices);
-    v.kv_indices_capacity = verify_kv_indices_capacity(bucket, c.max_context_len, l.draft_tokens);
+    v.kv_indices_capacity = exact.kv_indices_capacity;
     v.kv_last_page_len = i32(l.kv_last_page_len);
     v.mask_indptr = i32(l.mask_indptr);
     v.packed_mask = at<std::uint8_t>(l.packed_mask);
-    v.packed_mask_capacity = verify_packed_mask_capacity(bucket, c.max_context_len, l.draft_tokens);
+    v.packed_mask_capacity = exact.packed_mask_capacity;
     v.packed_mask_indptr = i32(l.packed_mask_indptr);
   }
   v.scratch = at<std::int64_t>(l.scratch);

@@ -46,9 +46,10 @@ void add_verify_section(arena_builder& a, plan& p, std::int32_t guard_base) {
   v.scratch_words = verify_scratch_words(bucket, c.verify_tokens);
   // The section starts on its own alignment boundary, so [begin, end) holds nothing else.
   v.begin = align_up(a.end(), arena_alignment);
+  const verify_tables exact =
+      verify_exact_tables(bucket, c.max_context_len, c.page_size, c.verify_tokens);
   if (v.fa3) {
-    v.prefix_capacity =
-        static_cast<std::int32_t>(verify_prefix_columns(c.max_context_len, c.page_size));
+    v.prefix_capacity = exact.prefix_capacity;
     v.prefix_page_table =
         a.add("verify.prefix.page_table", all_steps, {b, v.prefix_capacity}, dtype::int32);
     v.prefix_cache_seqlen = a.add("verify.prefix.cache_seqlen", all_steps, {b}, dtype::int32);
@@ -62,9 +63,8 @@ void add_verify_section(arena_builder& a, plan& p, std::int32_t guard_base) {
         a.add("verify.expand.cu_seqlens_k", all_steps, {rows + 1}, dtype::int32);
   }
   if (v.flashinfer) {
-    v.kv_indices_capacity = verify_kv_indices_capacity(bucket, c.max_context_len, c.verify_tokens);
-    v.packed_mask_capacity =
-        verify_packed_mask_capacity(bucket, c.max_context_len, c.verify_tokens);
+    v.kv_indices_capacity = exact.kv_indices_capacity;
+    v.packed_mask_capacity = exact.packed_mask_capacity;
     v.qo_indptr = a.add("verify.qo_indptr", all_steps, {b + 1}, dtype::int32);
     v.kv_indptr = a.add("verify.kv_indptr", all_steps, {b + 1}, dtype::int32);
     v.kv_indices = a.add("verify.kv_indices", all_steps, {v.kv_indices_capacity}, dtype::int32);

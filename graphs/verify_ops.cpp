@@ -2,7 +2,6 @@
 #include "specgraph/verify_ops.hpp"
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 
 #include "device/checks.hpp"
@@ -12,69 +11,45 @@
 namespace specgraph {
 namespace {
 
-// Whether all of a layout's output pointers are given (true) or none (false); some is refused.
-bool given(const char* field, std::initializer_list<const void*> pointers) {
-  int set = 0;
-  for (const void* q : pointers) set += q != nullptr;
-  SPECGRAPH_EXPECTS(set == 0 || set == static_cast<int>(pointers.size()), field,
-                    std::to_string(set) + " of the layout's " + std::to_string(pointers.size()) +
-                        " pointers given; give all of them or none");
-  return set != 0;
-}
-
-void engine_outputs_into(const plan& pl, std::int32_t bucket, const verify_engine_outputs& o,
-                         verify_params& p) {
+// The engine's tables into p after their checks: the one layouts rule, the plan's formats, the
+// strides and the buffers' sizes against the bucket's exact capacities (already in p).
+void engine_outputs_into(const plan& pl, const verify_engine_outputs& o, verify_params& p) {
   const plan_layout::verify_section& v = pl.layout.verify;
-  const std::int32_t m = pl.config.max_context_len, d = v.draft_tokens;
-  const bool fa3 = given(
-      "outputs.prefix_page_table",
-      {o.prefix_page_table, o.prefix_cache_seqlen, o.prefix_cu_seqlens_q, o.prefix_cu_seqlens_k,
-       o.expand_page_table, o.expand_cache_seqlen, o.expand_cu_seqlens_q, o.expand_cu_seqlens_k});
-  const bool flashinfer =
-      given("outputs.kv_indices", {o.qo_indptr, o.kv_indptr, o.kv_indices, o.kv_last_page_len,
-                                   o.mask_indptr, o.packed_mask, o.packed_mask_indptr});
+  const verify_layouts given = verify_layouts_of(o, "outputs.");
   const std::string formats = to_string(pl.config.formats);
-  SPECGRAPH_EXPECTS(fa3 == v.fa3, "outputs.prefix_page_table",
-                    (fa3 ? "given, but formats " + formats + " hold no FA3 cascade tables"
-                         : "missing: formats " + formats + " write the FA3 cascade tables"));
+  SPECGRAPH_EXPECTS(given.fa3 == v.fa3, "outputs.prefix_page_table",
+                    (given.fa3 ? "given, but formats " + formats + " hold no FA3 cascade tables"
+                               : "missing: formats " + formats + " write the FA3 cascade tables"));
   SPECGRAPH_EXPECTS(
-      flashinfer == v.flashinfer, "outputs.kv_indices",
-      (flashinfer ? "given, but formats " + formats + " hold no FlashInfer indices"
-                  : "missing: formats " + formats + " write the FlashInfer indices and mask"));
-  if (fa3) {
+      given.flashinfer == v.flashinfer, "outputs.kv_indices",
+      (given.flashinfer
+           ? "given, but formats " + formats + " hold no FlashInfer indices"
+           : "missing: formats " + formats + " write the FlashInfer indices and mask"));
+  if (given.fa3) {
     detail::between("outputs.prefix_stride", o.prefix_stride, v.prefix_capacity,
                     std::int64_t{1} << 40, "the limit");
-    detail::between("outputs.expand_stride", o.expand_stride, d, 0x7fffffff, "the limit");
-    p.prefix_page_table = o.prefix_page_table;
-    p.prefix_stride = o.prefix_stride;
-    p.prefix_cache_seqlen = o.prefix_cache_seqlen;
-    p.prefix_cu_seqlens_q = o.prefix_cu_seqlens_q;
-    p.prefix_cu_seqlens_k = o.prefix_cu_seqlens_k;
-    p.expand_page_table = o.expand_page_table;
-    p.expand_stride = o.expand_stride;
-    p.expand_cache_seqlen = o.expand_cache_seqlen;
-    p.expand_cu_seqlens_q = o.expand_cu_seqlens_q;
-    p.expand_cu_seqlens_k = o.expand_cu_seqlens_k;
+    detail::between("outputs.expand_stride", o.expand_stride, v.draft_tokens, 0x7fffffff,
+                    "the limit");
   }
-  if (flashinfer) {
-    const std::int64_t kv = verify_kv_indices_capacity(bucket, m, d);
-    const std::int64_t packed = verify_packed_mask_capacity(bucket, m, d);
-    SPECGRAPH_EXPECTS(o.kv_indices_size >= kv, "outputs.kv_indices",
-                      std::to_string(o.kv_indices_size) + " elements, below the " +
-                          std::to_string(kv) + " bucket " + std::to_string(bucket) +
+  if (given.flashinfer) {
+    const std::int32_t bucket = p.batch;
+    SPECGRAPH_EXPECTS(o.kv_indices_capacity >= p.kv_indices_capacity, "outputs.kv_indices",
+                      std::to_string(o.kv_indices_capacity) + " elements, below the " +
+                          std::to_string(p.kv_indices_capacity) + " bucket " +
+                          std::to_string(bucket) +
                           " needs (bucket * (max_context_len + D)); size it so");
-    SPECGRAPH_EXPECTS(o.packed_mask_size >= packed, "outputs.packed_mask",
-                      std::to_string(o.packed_mask_size) + " bytes, below the " +
-                          std::to_string(packed) + " bucket " + std::to_string(bucket) +
+    SPECGRAPH_EXPECTS(o.packed_mask_capacity >= p.packed_mask_capacity, "outputs.packed_mask",
+                      std::to_string(o.packed_mask_capacity) + " bytes, below the " +
+                          std::to_string(p.packed_mask_capacity) + " bucket " +
+                          std::to_string(bucket) +
                           " needs (bucket * ceil(D * (max_context_len + D) / 8)); size it so");
-    p.qo_indptr = o.qo_indptr;
-    p.kv_indptr = o.kv_indptr;
-    p.kv_indices = o.kv_indices;
-    p.kv_last_page_len = o.kv_last_page_len;
-    p.mask_indptr = o.mask_indptr;
-    p.packed_mask = o.packed_mask;
-    p.packed_mask_indptr = o.packed_mask_indptr;
   }
+  // The pointers and strides are the engine's; the capacities stay the bucket's exact ones.
+  const verify_tables exact = p;
+  static_cast<verify_tables&>(p) = o;
+  p.prefix_capacity = exact.prefix_capacity;
+  p.kv_indices_capacity = exact.kv_indices_capacity;
+  p.packed_mask_capacity = exact.packed_mask_capacity;
 }
 
 }  // namespace
@@ -116,45 +91,41 @@ verify_params verify_metadata_params(const draft_buffers& b, std::int32_t bucket
   p.slot_limit = c.kv_slots;
   p.guard = v.guard;
   p.scratch = v.scratch;
+  // The bucket's exact capacities (a full bucket at seq_len = M fills them), then the tables:
+  // the arena's section or the engine's.
+  const verify_tables exact =
+      verify_exact_tables(bucket, c.max_context_len, c.page_size, v.draft_tokens);
+  p.prefix_capacity = pl.layout.verify.fa3 ? exact.prefix_capacity : 0;
+  p.kv_indices_capacity = pl.layout.verify.flashinfer ? exact.kv_indices_capacity : 0;
+  p.packed_mask_capacity = pl.layout.verify.flashinfer ? exact.packed_mask_capacity : 0;
   if (in.outputs != nullptr) {
-    engine_outputs_into(pl, bucket, *in.outputs, p);
+    engine_outputs_into(pl, *in.outputs, p);
   } else {
-    p.prefix_page_table = v.prefix_page_table;
-    p.prefix_stride = v.prefix_stride;
-    p.prefix_cache_seqlen = v.prefix_cache_seqlen;
-    p.prefix_cu_seqlens_q = v.prefix_cu_seqlens_q;
-    p.prefix_cu_seqlens_k = v.prefix_cu_seqlens_k;
-    p.expand_page_table = v.expand_page_table;
-    p.expand_stride = v.draft_tokens;
-    p.expand_cache_seqlen = v.expand_cache_seqlen;
-    p.expand_cu_seqlens_q = v.expand_cu_seqlens_q;
-    p.expand_cu_seqlens_k = v.expand_cu_seqlens_k;
-    p.qo_indptr = v.qo_indptr;
-    p.kv_indptr = v.kv_indptr;
-    p.kv_indices = v.kv_indices;
-    p.kv_last_page_len = v.kv_last_page_len;
-    p.mask_indptr = v.mask_indptr;
-    p.packed_mask = v.packed_mask;
-    p.packed_mask_indptr = v.packed_mask_indptr;
-  }
-  // The bucket's exact capacities (a full bucket at seq_len = M fills them).
-  p.prefix_capacity = pl.layout.verify.fa3 ? pl.layout.verify.prefix_capacity : 0;
-  if (pl.layout.verify.flashinfer) {
-    p.kv_indices_capacity = static_cast<std::int32_t>(
-        verify_kv_indices_capacity(bucket, c.max_context_len, v.draft_tokens));
-    p.packed_mask_capacity = static_cast<std::int32_t>(
-        verify_packed_mask_capacity(bucket, c.max_context_len, v.draft_tokens));
+    static_cast<verify_tables&>(p) = v;  // exact capacities and the plan's strides already
   }
   validate(p);  // every scalar, before anything is enqueued
   return p;
 }
 
+void verify_metadata(executor& ex, const verify_params& p, bool host_memory) {
+  if (host_memory) {
+    validate_contents_host(p);  // every content, the mask's length included; nothing written
+  } else {
+    validate(p);
+    detail::not_null("scratch", p.scratch);
+  }
+  // The guard words start clean each verify round (setup_round resets the plan's too).
+  ex.fill_bytes(p.guard, 0, sizeof(guard_word) * verify_guard_count);
+  if (host_memory) {
+    verify_metadata_host(p);
+  } else {
+    launch_verify_metadata(ex, p);
+  }
+}
+
 void verify_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket,
                      const verify_inputs& in) {
-  const verify_params p = verify_metadata_params(b, bucket, in);
-  // The section's own guard words start clean each verify round (setup_round resets them too).
-  ex.fill_bytes(p.guard, 0, sizeof(guard_word) * verify_guard_count);
-  launch_verify_metadata(ex, p);
+  verify_metadata(ex, verify_metadata_params(b, bucket, in), /*host_memory=*/false);
 }
 
 }  // namespace specgraph

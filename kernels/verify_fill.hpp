@@ -152,7 +152,8 @@ struct verify_kv_fill_kernel {
       checked_store(p.packed_mask_indptr, r + 1, n, s.packed_start[r] + bytes, p.guard, meta, r);
     }
     if (pos >= len) return;
-    checked_store(p.kv_indices, static_cast<std::int32_t>(start + pos), p.kv_indices_capacity,
+    checked_store(p.kv_indices, static_cast<std::int32_t>(start + pos),
+                  static_cast<std::int32_t>(p.kv_indices_capacity),  // validated < 2^31
                   v.entries[pos], p.guard + 1, kernel_id::verify_kv_indices, r);
   }
 };
@@ -185,7 +186,8 @@ struct verify_mask_fill_kernel {
       byte |= static_cast<std::int32_t>(bit) << k;
     }
     checked_store(p.packed_mask, static_cast<std::int32_t>(s.packed_start[r] + b),
-                  p.packed_mask_capacity, byte, p.guard + 2, kernel_id::verify_packed_mask, r);
+                  static_cast<std::int32_t>(p.packed_mask_capacity), byte, p.guard + 2,
+                  kernel_id::verify_packed_mask, r);
   }
 };
 

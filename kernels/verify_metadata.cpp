@@ -2,7 +2,6 @@
 #include "specgraph/verify_metadata.hpp"
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -28,28 +27,117 @@ constexpr std::int64_t int32_max = 0x7fffffff;
 // cuda_rows launches ceil(rows / 128) blocks: at most 2^31 - 1 of them.
 constexpr std::int64_t max_launch_cells = int32_max * 128;
 
-// Whether all of a layout's pointers are set (true), none (false), or some (refused by name).
-bool layout_set(const char* name, std::initializer_list<const void*> pointers) {
-  int set = 0;
-  for (const void* q : pointers) set += q != nullptr;
-  SPECGRAPH_EXPECTS(set == 0 || set == static_cast<int>(pointers.size()), name,
-                    std::to_string(set) + " of its " + std::to_string(pointers.size()) +
-                        " output pointers set; set all of them or none");
-  return set != 0;
-}
-
-bool fa3_set(const verify_params& p) {
-  return layout_set("fa3", {p.prefix_page_table, p.prefix_cache_seqlen, p.prefix_cu_seqlens_q,
-                            p.prefix_cu_seqlens_k, p.expand_page_table, p.expand_cache_seqlen,
-                            p.expand_cu_seqlens_q, p.expand_cu_seqlens_k});
-}
-
-bool flashinfer_set(const verify_params& p) {
-  return layout_set("flashinfer", {p.qo_indptr, p.kv_indptr, p.kv_indices, p.kv_last_page_len,
-                                   p.mask_indptr, p.packed_mask, p.packed_mask_indptr});
-}
-
 }  // namespace
+
+void* verify_field(const verify_tables& t, int i) noexcept {
+  switch (i) {
+    case 0: return t.prefix_page_table;
+    case 1: return t.prefix_cache_seqlen;
+    case 2: return t.prefix_cu_seqlens_q;
+    case 3: return t.prefix_cu_seqlens_k;
+    case 4: return t.expand_page_table;
+    case 5: return t.expand_cache_seqlen;
+    case 6: return t.expand_cu_seqlens_q;
+    case 7: return t.expand_cu_seqlens_k;
+    case 8: return t.qo_indptr;
+    case 9: return t.kv_indptr;
+    case 10: return t.kv_indices;
+    case 11: return t.kv_last_page_len;
+    case 12: return t.mask_indptr;
+    case 13: return t.packed_mask;
+    case 14: return t.packed_mask_indptr;
+    default: return nullptr;
+  }
+}
+
+void set_verify_field(verify_tables& t, int i, void* p) noexcept {
+  auto* q = static_cast<std::int32_t*>(p);
+  switch (i) {
+    case 0: t.prefix_page_table = q; break;
+    case 1: t.prefix_cache_seqlen = q; break;
+    case 2: t.prefix_cu_seqlens_q = q; break;
+    case 3: t.prefix_cu_seqlens_k = q; break;
+    case 4: t.expand_page_table = q; break;
+    case 5: t.expand_cache_seqlen = q; break;
+    case 6: t.expand_cu_seqlens_q = q; break;
+    case 7: t.expand_cu_seqlens_k = q; break;
+    case 8: t.qo_indptr = q; break;
+    case 9: t.kv_indptr = q; break;
+    case 10: t.kv_indices = q; break;
+    case 11: t.kv_last_page_len = q; break;
+    case 12: t.mask_indptr = q; break;
+    case 13: t.packed_mask = static_cast<std::uint8_t*>(p); break;
+    case 14: t.packed_mask_indptr = q; break;
+    default: break;
+  }
+}
+
+verify_field_shape verify_shape_of(int i, const verify_params& p) {
+  const std::int64_t b = p.batch, d = p.draft_tokens, rows = b * d;
+  const std::string sizes = ", batch " + std::to_string(b) + ", max_seq_len " +
+                            std::to_string(p.max_seq_len) + ", D " + std::to_string(d);
+  switch (i) {
+    case 0:
+      return {b, p.prefix_capacity, true, false,
+              "[batch, prefix_capacity]: prefix_capacity = ceil(max_seq_len " +
+                  std::to_string(p.max_seq_len) + " / page_size " + std::to_string(p.page_size) +
+                  ") for every admissible length"};
+    case 1: return {b, 0, false, false, "batch"};
+    case 4:
+      return {rows, d, true, false,
+              "[batch * D, D] = [" + std::to_string(b) + " * " + std::to_string(d) + ", " +
+                  std::to_string(d) + "]"};
+    case 5: return {rows, 0, false, false, "batch * D"};
+    case 6:
+    case 7: return {rows + 1, 0, false, false, "batch * D + 1"};
+    case 10:
+      return {p.kv_indices_capacity, 0, false, false,
+              "kv_indices_capacity = batch * (max_seq_len + D)" + sizes};
+    case 11: return {b, 0, false, false, "batch"};
+    case 13:
+      return {p.packed_mask_capacity, 0, false, true,
+              "packed_mask_capacity = batch * ceil(D * (max_seq_len + D) / 8); max_seq_len "
+              "counts the prefix WITHOUT the D verify tokens" +
+                  sizes};
+    default: return {b + 1, 0, false, false, "batch + 1"};  // 2, 3 and the indptrs 8, 9, 12, 14
+  }
+}
+
+verify_layouts verify_layouts_of(const verify_tables& t, const char* prefix) {
+  bool set[2] = {false, false};
+  for (int layout = 0; layout < 2; ++layout) {
+    const int first = layout == 0 ? 0 : verify_fa3_fields;
+    const int last = layout == 0 ? verify_fa3_fields : verify_field_count;
+    int given = 0, missing = -1;
+    std::string names;
+    for (int i = first; i < last; ++i) {
+      if (verify_field(t, i) != nullptr) {
+        ++given;
+      } else {
+        if (missing < 0) missing = i;
+        names += std::string(names.empty() ? "" : ", ") + verify_field_names[i];
+      }
+    }
+    SPECGRAPH_EXPECTS(given == 0 || missing < 0,
+                      std::string(prefix) + verify_field_names[missing < 0 ? first : missing],
+                      std::to_string(given) + " of its " + std::to_string(last - first) +
+                          " output pointers set; set all of them or none (the " +
+                          (layout == 0 ? "fa3" : "flashinfer") + " layout; missing " + names + ")");
+    set[layout] = given != 0;
+  }
+  return {set[0], set[1]};
+}
+
+verify_tables verify_exact_tables(std::int32_t batch, std::int32_t max_seq_len,
+                                  std::int32_t page_size, std::int32_t draft_tokens) {
+  verify_tables t;
+  t.prefix_capacity = static_cast<std::int32_t>(verify_prefix_columns(max_seq_len, page_size));
+  t.prefix_stride = t.prefix_capacity;
+  t.expand_stride = draft_tokens;
+  t.kv_indices_capacity = verify_kv_indices_capacity(batch, max_seq_len, draft_tokens);
+  t.packed_mask_capacity = verify_packed_mask_capacity(batch, max_seq_len, draft_tokens);
+  return t;
+}
 
 std::int64_t verify_prefix_columns(std::int32_t max_seq_len, std::int32_t page_size) {
   return (static_cast<std::int64_t>(max_seq_len) + page_size - 1) / page_size;
@@ -117,7 +205,7 @@ std::int64_t verify_mask_cells(const std::int32_t* seq_len, std::int32_t real_ba
   return cells;
 }
 
-void validate(const verify_params& p) {
+void validate_scalars(const verify_params& p) {
   between("page_size", p.page_size, 1, limits::max_page_size, "the limit");
   between("draft_tokens", p.draft_tokens, 1, max_draft_tokens, "the limit");
   between("batch", p.batch, 1, limits::max_batch, "the limit");
@@ -139,6 +227,16 @@ void validate(const verify_params& p) {
                         std::to_string(int32_max));
   between("mask_cells", p.mask_cells, 0, std::int64_t{1} << 62, "the limit");
   at_least("slot_limit", p.slot_limit, 1);
+  between("prefix_capacity", p.prefix_capacity, 0, int32_max, "the limit");
+  const std::int64_t pages = verify_prefix_columns(p.max_seq_len, p.page_size);
+  at_most("prefix_capacity", p.batch * (p.prefix_capacity > pages ? p.prefix_capacity : pages),
+          max_launch_cells, "the launch limit in cells (batch * prefix columns)");
+  between("kv_indices_capacity", p.kv_indices_capacity, 0, int32_max, "the limit");
+  between("packed_mask_capacity", p.packed_mask_capacity, 0, int32_max, "the limit");
+}
+
+void validate(const verify_params& p) {
+  validate_scalars(p);
   not_null("req_to_token", p.req_to_token);
   not_null("req_pool_index", p.req_pool_index);
   not_null("seq_len", p.seq_len);
@@ -146,21 +244,13 @@ void validate(const verify_params& p) {
   // shorter than the formula is refused on the device before it is read.
   if (p.mask_cells > 0) not_null("custom_mask", p.custom_mask);
   not_null("guard", p.guard);
-  const bool fa3 = fa3_set(p), flashinfer = flashinfer_set(p);
-  SPECGRAPH_EXPECTS(fa3 || flashinfer, "fa3",
+  const verify_layouts set = verify_layouts_of(p);
+  SPECGRAPH_EXPECTS(set.fa3 || set.flashinfer, "fa3",
                     "no output set: set the fa3 pointers, the flashinfer pointers, or both");
-  if (fa3) {
-    between("prefix_capacity", p.prefix_capacity, 0, int32_max, "the limit");
+  if (set.fa3) {
     between("prefix_stride", p.prefix_stride, p.prefix_capacity, std::int64_t{1} << 40,
             "the limit");
-    const std::int64_t pages = verify_prefix_columns(p.max_seq_len, p.page_size);
-    at_most("prefix_capacity", p.batch * (p.prefix_capacity > pages ? p.prefix_capacity : pages),
-            max_launch_cells, "the launch limit in cells (batch * prefix columns)");
     between("expand_stride", p.expand_stride, p.draft_tokens, int32_max, "the limit");
-  }
-  if (flashinfer) {
-    between("kv_indices_capacity", p.kv_indices_capacity, 0, int32_max, "the limit");
-    between("packed_mask_capacity", p.packed_mask_capacity, 0, int32_max, "the limit");
   }
 }
 

@@ -74,11 +74,10 @@ std::unique_ptr<graph> draft_runtime::capture_graph(std::int32_t bucket, std::in
                           (round ? ": no round graph without device_depth"
                                  : ": with device_steps one graph (step 0) serves every step"));
   }
-  guarding_cuda([&] { ex_->begin_capture(); });
   const std::string what = "capture of graph (bucket " + std::to_string(bucket) + ", " +
                            (round ? std::string("whole round") : "step " + std::to_string(step)) +
                            ") failed: ";
-  try {
+  return detail::capture_body(*ex_, bucket, step, what, failure_, [&] {
     if (round && c.device_steps) {
       record_conditional_round(bucket);
     } else if (round) {
@@ -86,18 +85,7 @@ std::unique_ptr<graph> draft_runtime::capture_graph(std::int32_t bucket, std::in
     } else {
       record_graph_body(bucket, step);
     }
-    return ex_->end_capture();
-  } catch (const cuda_error& e) {
-    ex_->abort_capture();
-    if (e.capture_related()) throw capture_failed(bucket, step, what + e.what());
-    // Anything else (an illegal address, a launch failure) may have broken the context: the
-    // runtime refuses further work, and the error stays a cuda_error.
-    failure_ = e.what();
-    throw;
-  } catch (const std::exception& e) {
-    ex_->abort_capture();
-    throw capture_failed(bucket, step, what + e.what());
-  }
+  });
 }
 
 void draft_runtime::install_graph(graph_slot& target, std::unique_ptr<graph> g, graph_timing& t,
@@ -138,15 +126,11 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
       detail::nvtx_range r(
           s == all_steps ? nvtx_capture_round_ : nvtx_capture_[static_cast<std::size_t>(s)], bucket,
           static_cast<std::uint32_t>(i + 1));
-      graph_timing t;
-      t.bucket = bucket;
-      t.step = s;
-      const auto t0 = clock_type::now();
-      std::unique_ptr<graph> g = capture_graph(bucket, s);
-      t.capture_seconds = seconds_since(t0);
-      install_graph(slot(bi, s), std::move(g), t, report);
-      ++report.graphs;
-      if (progress) progress(report.graphs, total);
+      detail::capture_timed(
+          bucket, s, report, progress, total, [&] { return capture_graph(bucket, s); },
+          [&](std::unique_ptr<graph> g, graph_timing& t) {
+            install_graph(slot(bi, s), std::move(g), t, report);
+          });
     }
   }
   if (verify) capture_verify_graphs(report, progress, total);

@@ -72,21 +72,10 @@ std::unique_ptr<graph> draft_runtime::capture_verify_graph(std::int32_t bucket) 
   ensure_usable();
   require_verify(*plan_);
   (void)buffers_.verify(bucket);  // validates the bucket first
-  guarding_cuda([&] { ex_->begin_capture(); });
   const std::string what =
       "capture of the verify graph (bucket " + std::to_string(bucket) + ") failed: ";
-  try {
-    record_verify_body(bucket);
-    return ex_->end_capture();
-  } catch (const cuda_error& e) {
-    ex_->abort_capture();
-    if (e.capture_related()) throw capture_failed(bucket, verify_graph_step, what + e.what());
-    failure_ = e.what();
-    throw;
-  } catch (const std::exception& e) {
-    ex_->abort_capture();
-    throw capture_failed(bucket, verify_graph_step, what + e.what());
-  }
+  return detail::capture_body(*ex_, bucket, verify_graph_step, what, failure_,
+                              [&] { record_verify_body(bucket); });
 }
 
 void draft_runtime::capture_verify_graphs(capture_report& report,
@@ -94,16 +83,13 @@ void draft_runtime::capture_verify_graphs(capture_report& report,
                                           int total) {
   const std::vector<std::int32_t>& buckets = plan_->config.buckets;
   for (std::size_t bi = buckets.size(); bi-- > 0;) {
-    graph_timing t;
-    t.bucket = buckets[bi];
-    t.step = verify_graph_step;
-    const auto t0 = clock_type::now();
-    std::unique_ptr<graph> g = capture_verify_graph(t.bucket);
-    t.capture_seconds = seconds_since(t0);
-    install_graph(*verify_graphs_[bi], std::move(g), t, report);
-    ++report.graphs;
-    ++report.verify_graphs;
-    if (progress) progress(report.graphs, total);
+    detail::capture_timed(
+        buckets[bi], verify_graph_step, report, progress, total,
+        [&] { return capture_verify_graph(buckets[bi]); },
+        [&](std::unique_ptr<graph> g, graph_timing& t) {
+          install_graph(*verify_graphs_[bi], std::move(g), t, report);
+          ++report.verify_graphs;
+        });
   }
   verify_captured_ = true;
 }

@@ -370,8 +370,10 @@ TEST(VerifyValidation, LayoutsAreAllOrNothing) {
   p.guard = guards.data();
   expect_invalid([&] { verify_metadata_host(p); }, "fa3", "no output set");
   p.qo_indptr = p.kv_indptr = cells.data();
-  expect_invalid([&] { verify_metadata_host(p); }, "flashinfer",
-                 "2 of its 7 output pointers set; set all of them or none");
+  expect_invalid([&] { verify_metadata_host(p); }, "kv_indices",
+                 "2 of its 7 output pointers set; set all of them or none (the flashinfer "
+                 "layout; missing kv_indices, kv_last_page_len, mask_indptr, packed_mask, "
+                 "packed_mask_indptr)");
   EXPECT_EQ(cells, ints(64, verify_poison));
 }
 

@@ -157,11 +157,11 @@ TEST_P(VerifyOps, TheEnginesBuffersAreWrittenInPlace) {
     o.qo_indptr = qo.data();
     o.kv_indptr = kvp.data();
     o.kv_indices = kvi.data();
-    o.kv_indices_size = c.kv_capacity;
+    o.kv_indices_capacity = c.kv_capacity;
     o.kv_last_page_len = last.data();
     o.mask_indptr = mp.data();
     o.packed_mask = packed.data();
-    o.packed_mask_size = c.packed_capacity;
+    o.packed_mask_capacity = c.packed_capacity;
     o.packed_mask_indptr = pp.data();
     verify_inputs in;
     in.tables.req_to_token = rtt.data();
@@ -277,14 +277,14 @@ TEST_P(VerifyOps, BadInputsAreRefusedByNameWithNothingWritten) {
     o.qo_indptr = o.kv_indptr = o.kv_indices = o.kv_last_page_len = o.mask_indptr =
         o.packed_mask_indptr = x;
     o.packed_mask = reinterpret_cast<std::uint8_t*>(x);
-    o.kv_indices_size = 4 * (24 + 4);
-    o.packed_mask_size = 4 * ((4 * 28 + 7) / 8);
+    o.kv_indices_capacity = 4 * (24 + 4);
+    o.packed_mask_capacity = 4 * ((4 * 28 + 7) / 8);
     return o;
   };
   verify_engine_outputs kv_short = full({});
-  kv_short.kv_indices_size -= 1;  // one below the bucket's exact 4 * (M + D)
+  kv_short.kv_indices_capacity -= 1;  // one below the bucket's exact 4 * (M + D)
   verify_engine_outputs packed_short = full({});
-  packed_short.packed_mask_size -= 1;
+  packed_short.packed_mask_capacity -= 1;
   verify_engine_outputs narrow = full({});
   narrow.expand_stride = 3;  // below D
   struct bad {
@@ -311,9 +311,9 @@ TEST_P(VerifyOps, BadInputsAreRefusedByNameWithNothingWritten) {
                    "null while req_pool_index is given"});
   cases.push_back({"req_to_token_stride", 4,
                    with([](verify_inputs& in) { in.tables.req_to_token_stride = 5; }), "5"});
-  cases.push_back({"outputs.prefix_page_table", 4,
+  cases.push_back({"outputs.prefix_cache_seqlen", 4,
                    with([&](verify_inputs& in) { in.outputs = &partial; }),
-                   "1 of the layout's 8 pointers given"});
+                   "1 of its 8 output pointers set; set all of them or none"});
   cases.push_back({"outputs.kv_indices", 4,
                    with([&](verify_inputs& in) { in.outputs = &kv_short; }),
                    "111 elements, below the 112 bucket 4 needs"});

@@ -19,6 +19,7 @@
 #include "specgraph/guard.hpp"
 #include "specgraph/metadata.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/verify_metadata.hpp"
 
 namespace specgraph {
 
@@ -108,10 +109,13 @@ struct step_view {
 };
 
 // The verify section of the arena (config.verify_tokens > 0; docs/verify.md "Plan and graphs"):
-// what the target's verify forward reads for a bucket, every pointer into the arena. The FA3
-// cascade pointers are null without FA3 in the plan's formats, the FlashInfer ones without CSR.
-// Vectors hold the plan's largest bucket; a bucket's launch writes its first rows only.
-struct verify_view {
+// what the target's verify forward reads for a bucket, every pointer into the arena. Its tables
+// are verify_tables (verify_metadata.hpp), the kernels' own type: the FA3 cascade pointers are
+// null without FA3 in the plan's formats, the FlashInfer ones without CSR; the capacities are
+// the bucket's exact ones (verify_exact_tables), the strides the plan's (prefix rows
+// ceil(M / ps), expand rows D). Vectors hold the plan's largest bucket; a bucket's launch
+// writes its first rows only.
+struct verify_view : verify_tables {
   executor* ex = nullptr;          // set by the driver that calls the forward (null otherwise)
   device_stream stream = nullptr;  // that executor's stream (null on the host executor)
   std::int32_t bucket = 0;         // requests (padded ones included)
@@ -122,31 +126,6 @@ struct verify_view {
   const std::int32_t* real_batch = nullptr;      // [1]
   const std::int32_t* req_pool_index = nullptr;  // [bucket]
   const std::int32_t* seq_len = nullptr;         // [bucket], without the D verify tokens
-  // FA3 cascade: prefix [bucket][prefix_stride] (prefix_capacity = ceil(M / ps) columns), its
-  // cache_seqlen [bucket] and cu_seqlens_q/k [bucket + 1]; expand [bucket * D][D], cache_seqlen
-  // [bucket * D], cu_seqlens_q/k [bucket * D + 1].
-  std::int32_t* prefix_page_table = nullptr;
-  std::int64_t prefix_stride = 0;
-  std::int32_t prefix_capacity = 0;
-  std::int32_t* prefix_cache_seqlen = nullptr;
-  std::int32_t* prefix_cu_seqlens_q = nullptr;
-  std::int32_t* prefix_cu_seqlens_k = nullptr;
-  std::int32_t* expand_page_table = nullptr;
-  std::int32_t* expand_cache_seqlen = nullptr;
-  std::int32_t* expand_cu_seqlens_q = nullptr;
-  std::int32_t* expand_cu_seqlens_k = nullptr;
-  // FlashInfer: indptrs [bucket + 1], kv_last_page_len [bucket], kv_indices (the bucket's exact
-  // capacity bucket * (M + D) of the plan's B * (M + D)), the packed mask (bucket *
-  // ceil(D * (M + D) / 8) of the plan's bytes).
-  std::int32_t* qo_indptr = nullptr;
-  std::int32_t* kv_indptr = nullptr;
-  std::int32_t* kv_indices = nullptr;
-  std::int64_t kv_indices_capacity = 0;
-  std::int32_t* kv_last_page_len = nullptr;
-  std::int32_t* mask_indptr = nullptr;
-  std::uint8_t* packed_mask = nullptr;
-  std::int64_t packed_mask_capacity = 0;
-  std::int32_t* packed_mask_indptr = nullptr;
   // verify_scratch_words(B, D) int64 words, and the section's verify_guard_count guard words.
   std::int64_t* scratch = nullptr;
   guard_word* guard = nullptr;

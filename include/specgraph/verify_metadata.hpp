@@ -26,7 +26,74 @@ class executor;
 // The tree size D (root included): verify_params::draft_tokens is in [1, max_draft_tokens].
 inline constexpr std::int32_t max_draft_tokens = 1 << 10;
 
-struct verify_params {
+// The verify tables: where the two layouts are written, one type for the kernels' parameters
+// (verify_params), the arena's section (verify_view, buffers.hpp), the engine's own buffers
+// (verify_engine_outputs, verify_ops.hpp) and Python (specgraph.VerifyFa3 / VerifyFlashInfer,
+// whose fields are verify_field_names). A layout is all of its pointers or none
+// (verify_layouts_of, the one rule). Sizes for `batch` requests and D verify tokens:
+struct verify_tables {
+  // FA3 cascade: eight pointers.
+  std::int32_t* prefix_page_table = nullptr;    // [batch][prefix_stride]
+  std::int64_t prefix_stride = 0;               // >= prefix_capacity
+  std::int32_t prefix_capacity = 0;             // columns written per row (exact: ceil(M / ps))
+  std::int32_t* prefix_cache_seqlen = nullptr;  // [batch]
+  std::int32_t* prefix_cu_seqlens_q = nullptr;  // [batch + 1]
+  std::int32_t* prefix_cu_seqlens_k = nullptr;  // [batch + 1]
+  std::int32_t* expand_page_table = nullptr;    // [batch * D][expand_stride]
+  std::int64_t expand_stride = 0;               // >= D
+  std::int32_t* expand_cache_seqlen = nullptr;  // [batch * D]
+  std::int32_t* expand_cu_seqlens_q = nullptr;  // [batch * D + 1]
+  std::int32_t* expand_cu_seqlens_k = nullptr;  // [batch * D + 1]
+  // FlashInfer: seven pointers.
+  std::int32_t* qo_indptr = nullptr;           // [batch + 1]
+  std::int32_t* kv_indptr = nullptr;           // [batch + 1]
+  std::int32_t* kv_indices = nullptr;          // [kv_indices_capacity]
+  std::int64_t kv_indices_capacity = 0;        // elements (exact: batch * (M + D)), < 2^31
+  std::int32_t* kv_last_page_len = nullptr;    // [batch]
+  std::int32_t* mask_indptr = nullptr;         // [batch + 1]
+  std::uint8_t* packed_mask = nullptr;         // [packed_mask_capacity]
+  std::int64_t packed_mask_capacity = 0;       // bytes (exact: batch * ceil(D * (M + D) / 8))
+  std::int32_t* packed_mask_indptr = nullptr;  // [batch + 1]
+};
+
+// The tables' buffers by index, in the order above (Python's field order): fa3's eight, then
+// flashinfer's seven.
+inline constexpr int verify_field_count = 15;
+inline constexpr int verify_fa3_fields = 8;
+inline constexpr const char* verify_field_names[verify_field_count] = {
+    "prefix_page_table", "prefix_cache_seqlen", "prefix_cu_seqlens_q", "prefix_cu_seqlens_k",
+    "expand_page_table", "expand_cache_seqlen", "expand_cu_seqlens_q", "expand_cu_seqlens_k",
+    "qo_indptr",         "kv_indptr",           "kv_indices",          "kv_last_page_len",
+    "mask_indptr",       "packed_mask",         "packed_mask_indptr"};
+// Field i's buffer (null: not set); set_verify_field stores p there (a uint8_t* for the
+// packed mask, int32_t* otherwise). Host and device.
+void* verify_field(const verify_tables& t, int i) noexcept;
+void set_verify_field(verify_tables& t, int i, void* p) noexcept;
+
+// What field i needs (verify_params below: its batch, D, capacities and, for the formula, M and
+// ps): a vector of rows cells, or (table) rows of cols cells at any stride >= cols (the prefix
+// and expand page tables); uint8 cells for the packed mask (int32 otherwise), and the formula
+// in words for messages. Host only.
+struct verify_field_shape {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;  // tables only
+  bool table = false;
+  bool bytes = false;
+  std::string formula;
+};
+struct verify_params;
+verify_field_shape verify_shape_of(int i, const verify_params& p);
+
+// The one all-or-none rule: which layouts t sets. A layout with some but not all of its pointers
+// is refused (invalid_argument naming `prefix` + its first missing pointer, the count and the
+// fix); nothing is written. Host only.
+struct verify_layouts {
+  bool fa3 = false;
+  bool flashinfer = false;
+};
+verify_layouts verify_layouts_of(const verify_tables& t, const char* prefix = "");
+
+struct verify_params : verify_tables {
   // req_to_token[pool_rows][req_to_token_stride]: token slot of each position of a pool row.
   // Verify token j of request r sits at position seq_len[r] + j.
   const std::int32_t* req_to_token = nullptr;
@@ -61,29 +128,7 @@ struct verify_params {
   // Exclusive upper bound for token slots (the KV pool).
   std::int64_t slot_limit = std::numeric_limits<std::int64_t>::max();
 
-  // FA3 cascade: all eight pointers, or none (the layout is not written).
-  std::int32_t* prefix_page_table = nullptr;    // [batch][prefix_stride]
-  std::int64_t prefix_stride = 0;               // >= prefix_capacity
-  std::int32_t prefix_capacity = 0;             // columns written per row (exact: ceil(M / ps))
-  std::int32_t* prefix_cache_seqlen = nullptr;  // [batch]
-  std::int32_t* prefix_cu_seqlens_q = nullptr;  // [batch + 1]
-  std::int32_t* prefix_cu_seqlens_k = nullptr;  // [batch + 1]
-  std::int32_t* expand_page_table = nullptr;    // [batch * D][expand_stride]
-  std::int64_t expand_stride = 0;               // >= D
-  std::int32_t* expand_cache_seqlen = nullptr;  // [batch * D]
-  std::int32_t* expand_cu_seqlens_q = nullptr;  // [batch * D + 1]
-  std::int32_t* expand_cu_seqlens_k = nullptr;  // [batch * D + 1]
-
-  // FlashInfer: all seven pointers, or none.
-  std::int32_t* qo_indptr = nullptr;           // [batch + 1]
-  std::int32_t* kv_indptr = nullptr;           // [batch + 1]
-  std::int32_t* kv_indices = nullptr;          // [kv_indices_capacity]
-  std::int32_t kv_indices_capacity = 0;        // exact: batch * (M + D)
-  std::int32_t* kv_last_page_len = nullptr;    // [batch]
-  std::int32_t* mask_indptr = nullptr;         // [batch + 1]
-  std::uint8_t* packed_mask = nullptr;         // [packed_mask_capacity]
-  std::int32_t packed_mask_capacity = 0;       // exact: batch * ceil(D * (M + D) / 8)
-  std::int32_t* packed_mask_indptr = nullptr;  // [batch + 1]
+  // The outputs are the verify_tables above: each layout all of its pointers or none.
 
   // [3]: guard[0] bad input and the prefix table's refused columns, guard[1] kv_indices,
   // guard[2] the packed mask.
@@ -108,6 +153,12 @@ std::int64_t verify_packed_mask_capacity(std::int32_t batch, std::int32_t max_se
                                          std::int32_t draft_tokens);  // batch*ceil(D*(M+D)/8)
 std::int64_t verify_mask_cells_capacity(std::int32_t batch, std::int32_t max_seq_len,
                                         std::int32_t draft_tokens);  // batch * D * (M + D)
+// The exact capacities as tables without pointers: prefix_capacity = prefix_stride = ceil(M/ps),
+// expand_stride = D, kv_indices_capacity and packed_mask_capacity as above (the one place the
+// formulas are applied: the plan's section, the arena's views, the ops and Python ask here).
+// Host only; arguments in the ranges of verify_params.
+verify_tables verify_exact_tables(std::int32_t batch, std::int32_t max_seq_len,
+                                  std::int32_t page_size, std::int32_t draft_tokens);
 // One line for `specgraph plan --verify-tokens D`: the exact verify buffers of a bucket of
 // `max_batch` at `max_seq_len` (M), page size ps, against what engines reserve for the mask
 // (SGLang: max_batch * D * M bytes). Host only; arguments in the ranges of verify_params.
@@ -117,6 +168,11 @@ std::string verify_capacity_report(std::int32_t max_batch, std::int32_t max_seq_
 std::int64_t verify_mask_cells(const std::int32_t* seq_len, std::int32_t real_batch,
                                std::int32_t draft_tokens);
 
+// The scalars only (everything the buffer sizes derive from: page_size, draft_tokens, batch,
+// real_batch, max_seq_len and its int32 mask limit, req_to_token_stride, pool_rows,
+// mask_cells, slot_limit, the capacities); throws invalid_argument naming the field.
+void validate_scalars(const verify_params& p);
+// validate_scalars, the pointers and the layouts rule (verify_layouts_of; at least one layout).
 // Throws invalid_argument; writes nothing.
 void validate(const verify_params& p);
 // Also scans the contents (pool rows, seq_len, row widths, every slot read, the mask length with

@@ -29,34 +29,16 @@ namespace specgraph {
 
 class executor;
 
-// The engine's own output buffers (executor memory), written in place of the arena's: a layout
-// is all of its pointers or none; the plan's formats decide which layouts are written (FA3
-// cascade with fa3/both, FlashInfer with csr/both), and each written layout must be given.
-// Vectors hold the bucket's rows: prefix/FlashInfer ones bucket (+ 1), expand ones bucket * D
-// (+ 1).
-struct verify_engine_outputs {
-  // FA3 cascade.
-  std::int32_t* prefix_page_table = nullptr;  // [bucket][prefix_stride]
-  std::int64_t prefix_stride = 0;             // >= ceil(max_context_len / page_size)
-  std::int32_t* prefix_cache_seqlen = nullptr;
-  std::int32_t* prefix_cu_seqlens_q = nullptr;
-  std::int32_t* prefix_cu_seqlens_k = nullptr;
-  std::int32_t* expand_page_table = nullptr;  // [bucket * D][expand_stride]
-  std::int64_t expand_stride = 0;             // >= D
-  std::int32_t* expand_cache_seqlen = nullptr;
-  std::int32_t* expand_cu_seqlens_q = nullptr;
-  std::int32_t* expand_cu_seqlens_k = nullptr;
-  // FlashInfer.
-  std::int32_t* qo_indptr = nullptr;
-  std::int32_t* kv_indptr = nullptr;
-  std::int32_t* kv_indices = nullptr;
-  std::int64_t kv_indices_size = 0;  // elements, >= bucket * (max_context_len + D)
-  std::int32_t* kv_last_page_len = nullptr;
-  std::int32_t* mask_indptr = nullptr;
-  std::uint8_t* packed_mask = nullptr;
-  std::int64_t packed_mask_size = 0;  // bytes, >= bucket * ceil(D * (max_context_len + D) / 8)
-  std::int32_t* packed_mask_indptr = nullptr;
-};
+// The engine's own output buffers (executor memory), written in place of the arena's: the
+// kernels' verify_tables (verify_metadata.hpp), a layout all of its pointers or none
+// (verify_layouts_of); the plan's formats decide which layouts are written (FA3 cascade with
+// fa3/both, FlashInfer with csr/both), and each written layout must be given. Vectors hold the
+// bucket's rows: prefix/FlashInfer ones bucket (+ 1), expand ones bucket * D (+ 1); the tables
+// rows of prefix_stride >= ceil(max_context_len / page_size) and expand_stride >= D cells;
+// kv_indices_capacity (elements) and packed_mask_capacity (bytes) are the buffers' sizes, at
+// least the bucket's exact ones (verify_exact_tables), which the op then writes within;
+// prefix_capacity is ignored (the op writes the exact ceil(max_context_len / page_size) columns).
+using verify_engine_outputs = verify_tables;
 
 struct verify_inputs {
   // req_to_token; its rows must be at least seq_len + D wide (req_to_token_stride, 0 =
@@ -91,6 +73,14 @@ struct verify_inputs {
 // asynchronous; no allocation; capture-safe.
 void verify_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket,
                      const verify_inputs& in);
+
+// The same op over tables the caller owns, without a plan (Python's verify_metadata_): p as
+// launch_verify_metadata takes it. Checks p (validate; with host_memory every content too,
+// validate_contents_host) and throws invalid_argument before anything is written; then resets
+// p.guard's verify_guard_count words and, with host_memory (every pointer in host memory), runs
+// the host twin on the calling thread (synchronous), else enqueues the kernels on ex's stream
+// (asynchronous, no allocation, capture-safe; p.scratch must be set).
+void verify_metadata(executor& ex, const verify_params& p, bool host_memory);
 
 // The launch parameters verify_metadata enqueues (after its host checks), for tests and for
 // engines that compose the launch themselves. Host only; throws like verify_metadata.

@@ -16,7 +16,8 @@ graph, the totals, the log line) and the errors naming (bucket, step).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+import time
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -192,3 +193,94 @@ def begin_in_place(g: Any, bucket: int, max_depth: int, min_confidence: float) -
         begin_round_(g.bufs, max_depth, min_confidence)
     g.bucket, g.batch, g._next_step = bucket, bucket, 0
     return bucket
+
+
+# ---- the one capture loop and async check of the Python drivers ----------------------------
+# DraftGraphs (specgraph.torch), VerifyGraphs (specgraph.verify_graphs) and the draft-extend
+# graphs to come capture with capture_graphs and check asynchronously with AsyncFlag.
+
+Key = Tuple[int, ...]
+
+
+class Captured(NamedTuple):
+    graphs: Dict[Key, Any]  # key -> torch.cuda.CUDAGraph
+    timings: List[GraphTiming]
+    pool: Any  # the graph pool handle used (the given one or a new one)
+    pool_bytes: int  # the pool's segments after capture (or the growth of reserved memory)
+
+
+def capture_graphs(keys: Sequence[Key], *, device: torch.device, stream: Any, pool: Any,
+                   warmups: int, warm_up: Callable[[Key], None], record: Callable[[Key], None],
+                   failing_at: Callable[[Key, str], Any],
+                   before_capture: Optional[Callable[[Key], None]] = None,
+                   reset: Optional[Callable[[], None]] = None, keep_graph: bool = False,
+                   after_capture: Optional[Callable[[Key, Any], None]] = None,
+                   capture_error_mode: str = "global") -> Captured:
+    """Captures graph(key) for every key in order: (warmups > 0) warm_up(key) on the capture
+    stream, before_capture(key), reset() on the capture stream (not recorded), then
+    torch.cuda.graph into the pool recording record(key), then after_capture(key, graph) on the
+    capture stream (still inside failing_at(key, "capture")). failing_at(key, what) is a context
+    manager turning errors into CaptureFailed naming the key. Synchronises before and after; CUDA
+    only (the drivers run their warm-ups eagerly on a CPU)."""
+    torch.cuda.synchronize(device)
+    reserved = torch.cuda.memory_stats(device).get("reserved_bytes.all.current", 0)
+    stream = stream or torch.cuda.Stream(device)
+    pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+    graphs: Dict[Key, Any] = {}
+    timings: List[GraphTiming] = []
+    for key in keys:
+        if warmups:
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                warm_up(key)
+            torch.cuda.current_stream(device).wait_stream(stream)
+        if before_capture is not None:
+            before_capture(key)
+        if reset is not None:
+            with torch.cuda.stream(stream):
+                reset()
+        g = torch.cuda.CUDAGraph(keep_graph=True) if keep_graph else torch.cuda.CUDAGraph()
+        t0 = time.perf_counter()
+        with failing_at(key, "capture"):
+            with torch.cuda.graph(g, pool=pool, stream=stream,
+                                  capture_error_mode=capture_error_mode):
+                record(key)
+            if after_capture is not None:
+                with torch.cuda.stream(stream):
+                    after_capture(key, g)
+        timings.append(GraphTiming(key[0], key[1] if len(key) > 1 else 0,
+                                   time.perf_counter() - t0))
+        graphs[key] = g
+    torch.cuda.synchronize(device)
+    in_pool = pool_bytes(pool, device)
+    if in_pool is None:  # without a per-pool snapshot: the growth of reserved memory
+        in_pool = torch.cuda.memory_stats(device).get("reserved_bytes.all.current", 0) - reserved
+    return Captured(graphs, timings, pool, max(int(in_pool), 0))
+
+
+class AsyncFlag:
+    """The drivers' async check: counts written on the device (flag), copied without a sync into
+    pinned host memory after a run (record), read by the next run or poll once the copy's event
+    has completed (landed). Never waits."""
+
+    def __init__(self, device: torch.device, n: int, dtype: Any) -> None:
+        cuda = device.type == "cuda"
+        self.flag = torch.zeros(n, dtype=dtype, device=device)
+        self.host = torch.zeros(n, dtype=dtype, pin_memory=cuda)
+        self.event = torch.cuda.Event() if cuda else None
+        self.pending = False
+
+    def record(self) -> None:
+        """After a run wrote self.flag on the current stream: its copy to the host, no sync."""
+        self.host.copy_(self.flag, non_blocking=True)
+        if self.event is not None:
+            self.event.record()
+        self.pending = True
+
+    def landed(self) -> Optional[List[int]]:
+        """The counts of the last recorded run once they are on the host (then cleared), else
+        None (nothing pending, or the copy still under way)."""
+        if not self.pending or (self.event is not None and not self.event.query()):
+            return None
+        self.pending = False
+        return [int(x) for x in self.host]

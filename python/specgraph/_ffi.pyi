@@ -120,13 +120,17 @@ def kv_indices_run_host(seq_len: Tensor, req_pool_index: Tensor, req_to_token: T
 def verify_metadata(req_to_token: Tensor, req_pool_index: Tensor, seq_len: Tensor,
                     custom_mask: Tensor, draft_tokens: int, page_size: int, max_seq_len: int,
                     real_batch: int, mask_exact: bool, slot_limit: int, prefix_capacity: int,
-                    kv_indices_capacity: int, packed_mask_capacity: int, fa3: List[Tensor],
-                    flashinfer: List[Tensor], guard: Tensor, scratch: Any) -> None:
-    """fa3: 8 tensors or none, flashinfer: 7 or none; scratch None on the host. Host checks
-    first; CUDA: enqueued on the environment stream; CPU: the host twin."""
-def verify_capacities(batch: int, max_seq_len: int, draft_tokens: int,
-                      page_size: int) -> List[int]:
-    """[prefix columns, kv_indices, packed mask bytes, mask cells, scratch words]."""
+                    kv_indices_capacity: int, packed_mask_capacity: int,
+                    fa3: List[Optional[Tensor]], flashinfer: List[Optional[Tensor]],
+                    guard: Tensor, scratch: Any) -> None:
+    """fa3: its 8 tensors or none, flashinfer: its 7 or none (a None or a short list: refused by
+    the one rule, naming the first missing field); capacities -1: the exact ones; scratch None on
+    the host. Host checks first; CUDA: enqueued on the environment stream; CPU: the host twin."""
+def verify_tables(batch: int, max_seq_len: int, draft_tokens: int,
+                  page_size: int) -> Dict[str, Any]:
+    """{"capacity": [prefix columns, kv_indices, packed mask bytes, mask cells, scratch words],
+    "fields": [[name, layout, rows, cols (-1: a vector), bytes, formula], ...]} in the C++
+    tables' order."""
 def verify_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any, custom_mask: Any,
                  mask_cells: int, mask_exact: bool) -> None: ...
 

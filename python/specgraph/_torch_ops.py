@@ -219,8 +219,8 @@ def _torch_impl(req_to_token: Any, pool: Any, seq: Any, mask: Any, d: int, ps: i
     sc = scratch[0] if scratch else None
     if sc is None and req_to_token.is_cuda:  # in the graph pool under capture
         batch = max(int(seq.numel()), 1)
-        try:  # the extension's count (verify_capacities: verify_scratch_words(batch, D))
-            words = int(_ffi.verify_capacities(batch, m, d, ps)[4])
+        try:  # the extension's count (verify_tables: verify_scratch_words(batch, D))
+            words = int(_ffi.verify_tables(batch, m, d, ps)["capacity"][4])
         except InvalidArgument:  # out-of-range scalars: verify_metadata refuses them by name,
             words = 1  # before it looks at the scratch
         sc = torch.empty(words, dtype=torch.int64, device=req_to_token.device)

@@ -48,9 +48,9 @@ except ImportError as _e:  # say what to install, not a bare "No module named 't
 
 from . import _check, _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
-from ._capture import (ROUND, CaptureReport, Forward, GraphTiming, StepBody, begin_in_place,
-                       failing, graph_keys, pool_bytes, run_device_depth_round, step_graph_count,
-                       warm_up_round)
+from ._capture import (ROUND, AsyncFlag, CaptureReport, Forward, GraphTiming, StepBody,
+                       begin_in_place, capture_graphs, failing, graph_keys, run_device_depth_round,
+                       step_graph_count, warm_up_round)
 from .buffers import Buffers
 from .csr import CsrOutputs
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
@@ -158,11 +158,9 @@ class DraftGraphs:
         self.bucket = 0  # of the last stage_()
         self.batch = 0
         self._next_step = 0
-        # async checking: the count on the device, its pinned host copy and the copy's event.
-        self._flag = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._host_flag = torch.zeros(1, dtype=torch.int32, pin_memory=self.mode == "cuda_graph")
-        self._flag_event = torch.cuda.Event() if self.mode == "cuda_graph" else None
-        self._flag_pending = False
+        # async checking: the count on the device and its pinned host copy (the shared AsyncFlag).
+        self._async = AsyncFlag(self.device, 1, torch.int32)
+        self._flag = self._async.flag
         self._flag_bucket = 0
         # device_depth on a CPU arena: the condition word the host loop reads after each body.
         self._condition = torch.zeros(1, dtype=torch.int32, device=self.device)
@@ -201,41 +199,23 @@ class DraftGraphs:
         timings: List[GraphTiming] = []
         in_pool_bytes = 0
         if self.mode == "cuda_graph":
-            torch.cuda.synchronize(self.device)
-            reserved = torch.cuda.memory_stats(self.device).get("reserved_bytes.all.current", 0)
-            stream = self.stream or torch.cuda.Stream(self.device)
-            pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
-            self.pool = pool
-            for bucket, step in self.graph_keys:
-                if self.warmups:
-                    stream.wait_stream(torch.cuda.current_stream(self.device))
-                    with torch.cuda.stream(stream):
-                        self._warm_up(bucket, step)
-                    torch.cuda.current_stream(self.device).wait_stream(stream)
-                if self.before_capture is not None:
-                    self.before_capture(bucket, step)
-                with torch.cuda.stream(stream):
-                    self._reset_step()  # the counter as staging leaves it (not recorded)
-                # device_depth: the body graph stays alive (its pool and the copy's memory).
-                g = torch.cuda.CUDAGraph(keep_graph=True) if self.device_depth else (
-                    torch.cuda.CUDAGraph())
-                t0 = time.perf_counter()
-                with failing(bucket, step, "capture"):
-                    with torch.cuda.graph(g, pool=pool, stream=stream,
-                                          capture_error_mode=self.capture_error_mode):
-                        self._record(bucket, step)
-                    if self.device_depth:
-                        with torch.cuda.stream(stream):
-                            self._rounds[bucket] = round_graph(self.bufs, bucket, g,
-                                                               inputs=self.inputs)
-                timings.append(GraphTiming(bucket, step, time.perf_counter() - t0))
-                self._graphs[(bucket, step)] = g
-            torch.cuda.synchronize(self.device)
-            in_pool = pool_bytes(pool, self.device)
-            # Without a per-pool snapshot: the growth of reserved memory.
-            in_pool_bytes = in_pool if in_pool is not None else (
-                torch.cuda.memory_stats(self.device).get("reserved_bytes.all.current", 0)
-                - reserved)
+            def round_graph_of(key: Tuple[int, ...], g: Any) -> None:
+                if self.device_depth:  # the body graph stays alive (keep_graph)
+                    self._rounds[key[0]] = round_graph(self.bufs, key[0], g, inputs=self.inputs)
+
+            before = self.before_capture
+            done = capture_graphs(
+                self.graph_keys, device=self.device, stream=self.stream, pool=self.pool,
+                warmups=self.warmups, warm_up=lambda k: self._warm_up(k[0], k[1]),
+                record=lambda k: self._record(k[0], k[1]),
+                failing_at=lambda k, what: failing(k[0], k[1], what),
+                before_capture=None if before is None else (lambda k: before(k[0], k[1])),
+                reset=self._reset_step,  # the counter as staging leaves it (not recorded)
+                keep_graph=self.device_depth, after_capture=round_graph_of,
+                capture_error_mode=self.capture_error_mode)
+            self.pool = done.pool
+            self._graphs.update({(k[0], k[1]): g for k, g in done.graphs.items()})
+            timings, in_pool_bytes = done.timings, done.pool_bytes
         else:  # eager: the same warm-ups, so a forward's first calls are the same on a CPU
             for bucket, step in self.graph_keys:
                 self._warm_up(bucket, step)
@@ -367,10 +347,7 @@ class DraftGraphs:
             check_guards(self.bufs, self.bucket)
         elif self.checked == "async":
             count_violations_(self.bufs, self._flag)
-            self._host_flag.copy_(self._flag, non_blocking=True)
-            if self._flag_event is not None:
-                self._flag_event.record()
-            self._flag_pending = True
+            self._async.record()
             self._flag_bucket = self.bucket
 
     def _run_device_depth_round(self) -> None:
@@ -385,12 +362,8 @@ class DraftGraphs:
     def poll(self) -> None:
         """async mode: raises GuardViolation if the count of an earlier round has landed and is
         non-zero. Never waits."""
-        if not self._flag_pending:
-            return
-        if self._flag_event is not None and not self._flag_event.query():
-            return
-        self._flag_pending = False
-        count = int(self._host_flag[0])
+        landed = self._async.landed()
+        count = 0 if landed is None else landed[0]
         if count:
             raise GuardViolation(
                 f"{count} guard violation(s) in an earlier round (bucket {self._flag_bucket}); "

@@ -29,7 +29,7 @@ torch.ops.specgraph.verify_metadata_ (a custom op with a fake implementation).
 from __future__ import annotations
 
 import sys
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 from . import _check, _ffi
 from ._check import int_array as _int_array
@@ -42,31 +42,43 @@ INT32_MAX = (1 << 31) - 1
 # The guard words of one call (bad input / prefix table, kv, mask), each as int32s: the
 # extension's numbers (verify_guard_count, sizeof(guard_word)).
 GUARD_SHAPE = (VERIFY_WORDS, WORD_INT32S)
+# The capacities verify_metadata_ passes: -1, each the exact one for the call (C++ computes it).
+EXACT = (-1, -1, -1)
 
 
-class VerifyFa3(NamedTuple):
-    """The FA3 cascade (docs/verify.md section 2); int32, sizes for a bucket B, M and D."""
+def verify_tables(batch: int, max_seq_len: int, draft_tokens: int, page_size: int) -> Any:
+    """C++'s verify tables of a bucket (verify_metadata.hpp verify_tables, verify_shape_of):
+    {"capacity": [5 ints], "fields": [(name, layout, rows, cols, bytes, formula), ...]} in the
+    tables' field order; cols -1 for a vector. Refused by name outside the ranges of
+    verify_params. Host only."""
+    args = [_check.index(f, v) for f, v in (("max_batch", batch), ("max_seq_len", max_seq_len),
+                                            ("draft_tokens", draft_tokens),
+                                            ("page_size", page_size))]
+    got = _ffi.verify_tables(*args)
+    fields = [(str(f[0]), str(f[1]), int(f[2]), int(f[3]), bool(f[4]), str(f[5]))
+              for f in got["fields"]]
+    return {"capacity": [int(x) for x in got["capacity"]], "fields": fields}
 
-    prefix_page_table: Any  # [>= B, >= ceil(M / page_size)], rows at any stride
-    prefix_cache_seqlen: Any  # [>= B]
-    prefix_cu_seqlens_q: Any  # [>= B + 1]
-    prefix_cu_seqlens_k: Any  # [>= B + 1]
-    expand_page_table: Any  # [>= B * D, >= D], rows at any stride
-    expand_cache_seqlen: Any  # [>= B * D]
-    expand_cu_seqlens_q: Any  # [>= B * D + 1]
-    expand_cu_seqlens_k: Any  # [>= B * D + 1]
 
+# The field names of each layout, in the C++ tables' order (served, not restated).
+_FIELDS = verify_tables(1, 1, 1, 1)["fields"]
+FA3_FIELDS = tuple(f[0] for f in _FIELDS if f[1] == "fa3")
+FLASHINFER_FIELDS = tuple(f[0] for f in _FIELDS if f[1] == "flashinfer")
 
-class VerifyFlashInfer(NamedTuple):
-    """FlashInfer's prefill with a custom mask (docs/verify.md section 3)."""
-
-    qo_indptr: Any  # int32 [>= B + 1]
-    kv_indptr: Any  # int32 [>= B + 1]
-    kv_indices: Any  # int32 [>= B * (M + D)]
-    kv_last_page_len: Any  # int32 [>= B]
-    mask_indptr: Any  # int32 [>= B + 1]
-    packed_mask: Any  # uint8 [>= B * ceil(D * (M + D) / 8)]
-    packed_mask_indptr: Any  # int32 [>= B + 1]
+# The FA3 cascade (docs/verify.md section 2): int32, for a bucket B, M and D: prefix_page_table
+# [>= B, >= ceil(M / page_size)] (rows at any stride), prefix_cache_seqlen [>= B],
+# prefix_cu_seqlens_q/k [>= B + 1], expand_page_table [>= B * D, >= D] (rows at any stride),
+# expand_cache_seqlen [>= B * D], expand_cu_seqlens_q/k [>= B * D + 1].
+VerifyFa3 = NamedTuple("VerifyFa3", [(n, Any) for n in FA3_FIELDS])  # type: ignore[misc]
+VerifyFa3.__doc__ = "The FA3 cascade (docs/verify.md section 2): " + ", ".join(FA3_FIELDS)
+# FlashInfer's prefill with a custom mask (docs/verify.md section 3): qo_indptr, kv_indptr
+# int32 [>= B + 1], kv_indices int32 [>= B * (M + D)], kv_last_page_len int32 [>= B],
+# mask_indptr int32 [>= B + 1], packed_mask uint8 [>= B * ceil(D * (M + D) / 8)],
+# packed_mask_indptr int32 [>= B + 1].
+VerifyFlashInfer = NamedTuple(  # type: ignore[misc]
+    "VerifyFlashInfer", [(n, Any) for n in FLASHINFER_FIELDS])
+VerifyFlashInfer.__doc__ = ("FlashInfer's prefill with a custom mask (docs/verify.md section 3): "
+                            + ", ".join(FLASHINFER_FIELDS))
 
 
 class VerifyOutputs(NamedTuple):
@@ -90,10 +102,8 @@ def verify_capacities(max_batch: int, max_seq_len: int, draft_tokens: int,
     """The exact buffer sizes of a bucket of max_batch requests whose seq_len (without the D
     verify tokens) is at most max_seq_len. Refused by name outside the ranges of verify_params
     (B * D * (M + D) must fit int32). Host only."""
-    args = [_check.index(f, v) for f, v in (("max_batch", max_batch), ("max_seq_len", max_seq_len),
-                                            ("draft_tokens", draft_tokens),
-                                            ("page_size", page_size))]
-    return VerifyCapacity(*(int(x) for x in _ffi.verify_capacities(*args)))
+    return VerifyCapacity(*verify_tables(max_batch, max_seq_len, draft_tokens,
+                                         page_size)["capacity"])
 
 
 def verify_outputs(max_batch: int, max_seq_len: int, draft_tokens: int, page_size: int, *,
@@ -104,27 +114,34 @@ def verify_outputs(max_batch: int, max_seq_len: int, draft_tokens: int, page_siz
     if formats not in ("fa3", "flashinfer", "both"):
         raise InvalidArgument(f"formats: {formats!r} is not 'fa3', 'flashinfer' or 'both'",
                               field="formats")
-    cap = verify_capacities(max_batch, max_seq_len, draft_tokens, page_size)
-    b, d = max_batch, draft_tokens
+    fields = verify_tables(max_batch, max_seq_len, draft_tokens, page_size)["fields"]
     if device is None:
         np = require("numpy", "specgraph.verify_outputs")
 
-        def zeros(*shape: int, u8: bool = False) -> Any:
+        def zeros(shape: Tuple[int, ...], u8: bool) -> Any:
             return np.zeros(shape, dtype=np.uint8 if u8 else np.int32)
     else:
         torch = require("torch", "specgraph.verify_outputs(device=...)")
 
-        def zeros(*shape: int, u8: bool = False) -> Any:
+        def zeros(shape: Tuple[int, ...], u8: bool) -> Any:
             return torch.zeros(shape, dtype=torch.uint8 if u8 else torch.int32, device=device)
-    fa3 = flashinfer = None
-    if formats in ("fa3", "both"):
-        fa3 = VerifyFa3(zeros(b, cap.prefix_columns), zeros(b), zeros(b + 1), zeros(b + 1),
-                        zeros(b * d, d), zeros(b * d), zeros(b * d + 1), zeros(b * d + 1))
-    if formats in ("flashinfer", "both"):
-        flashinfer = VerifyFlashInfer(zeros(b + 1), zeros(b + 1), zeros(cap.kv_indices), zeros(b),
-                                      zeros(b + 1), zeros(cap.packed_mask_bytes, u8=True),
-                                      zeros(b + 1))
-    return VerifyOutputs(fa3, flashinfer, zeros(*GUARD_SHAPE))
+    made = {name: zeros((rows, cols) if cols >= 0 else (rows,), u8)
+            for name, _, rows, cols, u8, _ in fields}
+    fa3 = VerifyFa3(*(made[n] for n in FA3_FIELDS)) if formats in ("fa3", "both") else None
+    fi = VerifyFlashInfer(*(made[n] for n in FLASHINFER_FIELDS)) if formats in (
+        "flashinfer", "both") else None
+    return VerifyOutputs(fa3, fi, zeros(GUARD_SHAPE, False))
+
+
+def bucket_outputs(out: VerifyOutputs, fields: List[Tuple[Any, ...]]) -> VerifyOutputs:
+    """`out` sliced to a bucket: each buffer's first rows, as many as C++'s shape of the bucket
+    gives (verify_tables(bucket, ...)["fields"]). Views; nothing copied."""
+    rows = {f[0]: f[2] for f in fields}
+    fa3 = None if out.fa3 is None else VerifyFa3(
+        *(t[: rows[n]] for n, t in zip(FA3_FIELDS, out.fa3)))
+    fi = None if out.flashinfer is None else VerifyFlashInfer(
+        *(t[: rows[n]] for n, t in zip(FLASHINFER_FIELDS, out.flashinfer)))
+    return VerifyOutputs(fa3, fi, out.guard)
 
 
 def _is_torch(value: Any) -> bool:
@@ -133,17 +150,13 @@ def _is_torch(value: Any) -> bool:
 
 
 def _sets(out: Any) -> tuple:
+    """The two layouts' tensors as lists for the extension, which applies the one rule (a layout
+    is all of its tensors or none; a None among them is a missing one, named by C++)."""
     if not isinstance(out, VerifyOutputs):
         raise TypeError(f"out: expected specgraph.VerifyOutputs (verify_outputs() or your own "
                         f"tensors in one), got {_check.type_name(out)}")
-    fa3 = [] if out.fa3 is None else list(out.fa3)
-    fi = [] if out.flashinfer is None else list(out.flashinfer)
-    if out.fa3 is not None and len(fa3) != 8:
-        raise InvalidArgument(f"fa3: {len(fa3)} tensors, expected 8 (VerifyFa3)", field="fa3")
-    if out.flashinfer is not None and len(fi) != 7:
-        raise InvalidArgument(f"flashinfer: {len(fi)} tensors, expected 7 (VerifyFlashInfer)",
-                              field="flashinfer")
-    return fa3, fi
+    return ([] if out.fa3 is None else list(out.fa3),
+            [] if out.flashinfer is None else list(out.flashinfer))
 
 
 def verify_metadata_(out: VerifyOutputs, req_to_token: Any, req_pool_indices: Any,
@@ -187,11 +200,11 @@ def verify_metadata_(out: VerifyOutputs, req_to_token: Any, req_pool_indices: An
                                 f"{_check.type_name(v)}")
         batch = int(seq_lens.numel())
         rb = batch if real_batch is None else _check.index("real_batch", real_batch)
-        caps = _capacities(batch, m, d, ps)
         sc = [] if scratch is None else [scratch]
+        # Capacities -1: the exact ones, computed in C++ (verify_exact_tables).
         torch.ops.specgraph.verify_metadata_(req_to_token, req_pool_indices, seq_lens,
-                                             custom_mask, d, ps, m, rb, exact, limit, *caps, fa3,
-                                             fi, out.guard, sc)
+                                             custom_mask, d, ps, m, rb, exact, limit, *EXACT,
+                                             fa3, fi, out.guard, sc)
         return
     np = require("numpy", "specgraph.verify_metadata_")
     pool = _int_array("req_pool_indices", req_pool_indices, "int32", np).reshape(-1)
@@ -199,19 +212,8 @@ def verify_metadata_(out: VerifyOutputs, req_to_token: Any, req_pool_indices: An
     batch = int(seq.size)
     rb = batch if real_batch is None else _check.index("real_batch", real_batch)
     table = _int_array("req_to_token", req_to_token, "int32", np)
-    _ffi.verify_metadata(table, pool, seq, custom_mask, d, ps, m, rb, exact, limit,
-                         *_capacities(batch, m, d, ps), fa3, fi, out.guard, scratch)
-
-
-def _capacities(batch: int, m: int, d: int, ps: int) -> List[int]:
-    """[prefix columns, kv_indices, packed bytes]: exact for (batch, M, D, ps); zeros where the
-    scalars are out of range (the extension then refuses them by name). Restated here, not asked
-    of the extension (verify_capacities): under torch.compile this runs while Dynamo traces the
-    call, and Dynamo cannot trace a call into the extension (fullgraph=True would fail)."""
-    if not (1 <= batch and 1 <= m < 1 << 31 and 1 <= d <= 1 << 10 and 1 <= ps < 1 << 31):
-        return [0, 0, 0]
-    cells = d * (m + d)
-    return [-(-m // ps), min(batch * (m + d), INT32_MAX), min(batch * (-(-cells // 8)), INT32_MAX)]
+    _ffi.verify_metadata(table, pool, seq, custom_mask, d, ps, m, rb, exact, limit, *EXACT, fa3,
+                         fi, out.guard, scratch)
 
 
 def verify_violations(guard: Any) -> List[Violation]:

@@ -9,6 +9,9 @@ sibling of specgraph.torch.DraftGraphs (docs/verify.md, "Python").
         vg.stage_(bs, req_pool_indices, seq_lens, custom_mask)   # eager, current stream
         vg.run()                                                 # one replay
 
+With plan=Plan(DraftConfig(..., verify_tokens=D)) the buckets, M, D and page size are the
+plan's verify section's (VerifyGraphs(forward, outputs=..., req_to_token=..., plan=plan)).
+
 graph(B) = [verify_metadata_ into `outputs` (the engine's tensors or verify_outputs')] +
 [forward(view(B))]: the forward is the engine's verify forward; it reads the metadata through the
 VerifyView it is given (the outputs sliced to the bucket) and must only enqueue work on the
@@ -49,11 +52,13 @@ except ImportError as _e:
 
 from . import _check, _env
 from . import _torch_ops  # noqa: F401  (registers torch.ops.specgraph.*)
-from ._capture import CaptureReport, GraphTiming, pool_bytes
+from ._capture import AsyncFlag, CaptureReport, GraphTiming, capture_graphs
+from .config import DraftConfig
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
+from .plan import Plan, make_plan
 from ._torch_ops import _narrow
-from .verify import (GUARD_SHAPE, VerifyFa3, VerifyFlashInfer, VerifyOutputs,
-                     verify_capacities, verify_metadata_, verify_violations)
+from .verify import (GUARD_SHAPE, VerifyCapacity, VerifyFa3, VerifyFlashInfer, VerifyOutputs,
+                     bucket_outputs, verify_metadata_, verify_tables, verify_violations)
 
 logger = logging.getLogger("specgraph")
 
@@ -94,15 +99,21 @@ class VerifyGraphs:
     D, page_size: as verify_metadata_. pool, stream, warmups, before_capture(bucket),
     capture_error_mode: as DraftGraphs. checked: "off", "async" or "sync" (default
     SPECGRAPH_CHECKED): the guard check after each run(). kv_slots: slots must be below it.
+    plan: a Plan with a verify section (DraftConfig(verify_tokens=D)), e.g. the draft graphs'
+    own: the graphs then follow its verify section, its buckets (buckets= a subset, default all),
+    M = max_context_len, D = verify_tokens and page size (the numbers may be left out). Without
+    it the numbers are required and VerifyGraphs plans that section itself (self.plan). Every
+    size the graphs slice or allocate is C++'s for the bucket (specgraph.verify.verify_tables).
     """
 
     def __init__(self, forward: Callable[[VerifyView], None], *, outputs: VerifyOutputs,
-                 req_to_token: torch.Tensor, buckets: Sequence[int], max_seq_len: int,
-                 draft_tokens: int, page_size: int, pool: Any = None,
+                 req_to_token: torch.Tensor, buckets: Optional[Sequence[int]] = None,
+                 max_seq_len: Optional[int] = None, draft_tokens: Optional[int] = None,
+                 page_size: Optional[int] = None, pool: Any = None,
                  stream: Optional[torch.cuda.Stream] = None, warmups: int = 2,
                  before_capture: Optional[Callable[[int], None]] = None,
                  checked: Optional[str] = None, kv_slots: Optional[int] = None,
-                 capture_error_mode: str = "global") -> None:
+                 capture_error_mode: str = "global", plan: Optional[Plan] = None) -> None:
         if not callable(forward):
             raise TypeError(f"forward: expected a callable (view) -> None, got "
                             f"{_check.type_name(forward)}")
@@ -112,19 +123,23 @@ class VerifyGraphs:
         if not isinstance(req_to_token, torch.Tensor):
             raise TypeError(f"req_to_token: expected a torch.Tensor, got "
                             f"{_check.type_name(req_to_token)}")
-        if isinstance(buckets, (str, bytes)) or not hasattr(buckets, "__iter__"):
-            raise TypeError(f"buckets: expected a sequence of ints, got "
-                            f"{_check.type_name(buckets)}")
-        chosen = sorted({_check.int_in(f"buckets[{i}]", b, 1, 1 << 20)
-                         for i, b in enumerate(buckets)}, reverse=True)
+        self.plan = self._plan_of(plan, req_to_token, buckets, max_seq_len, draft_tokens,
+                                  page_size, kv_slots)
+        cfg = self.plan.config
+        if buckets is None:
+            chosen = sorted(self.plan.buckets, reverse=True)
+        else:
+            chosen = sorted({_check.member(f"buckets[{i}]", b, self.plan.buckets,
+                                           "the planned buckets")
+                             for i, b in enumerate(buckets)}, reverse=True)
         if not chosen:
             raise InvalidArgument("buckets: empty, expected at least one batch size",
                                   field="buckets")
         self.buckets: Tuple[int, ...] = tuple(chosen)
-        self.d = _check.int_in("draft_tokens", draft_tokens, 1, 1 << 10)
-        self.m = _check.index("max_seq_len", max_seq_len)
-        self.ps = _check.index("page_size", page_size)
-        self.cap = verify_capacities(self.buckets[0], self.m, self.d, self.ps)  # checks ranges
+        self.d, self.m, self.ps = cfg.verify_tokens, cfg.max_context_len, cfg.page_size
+        # C++'s tables of every bucket (verify_tables): the view's slices and the mask's size.
+        self._tables = {b: verify_tables(b, self.m, self.d, self.ps) for b in self.buckets}
+        self.cap = VerifyCapacity(*self._tables[self.buckets[0]]["capacity"])
         self.forward = forward
         self.outputs = outputs
         self.req_to_token = req_to_token
@@ -161,34 +176,71 @@ class VerifyGraphs:
         self.report: Optional[CaptureReport] = None
         self.bucket = 0
         self.batch = 0
-        self._flag = torch.zeros(2, dtype=torch.int64, device=self.device)
-        self._host_flag = torch.zeros(2, dtype=torch.int64, pin_memory=self.mode == "cuda_graph")
-        self._flag_event = torch.cuda.Event() if self.mode == "cuda_graph" else None
-        self._flag_pending = False
+        # async checking (the shared AsyncFlag): the guard count and the mask check.
+        self._async = AsyncFlag(self.device, 2, torch.int64)
+        self._flag, self._host_flag = self._async.flag, self._async.host
+
+    @staticmethod
+    def _plan_of(plan: Optional[Plan], req_to_token: torch.Tensor,
+                 buckets: Optional[Sequence[int]], max_seq_len: Optional[int],
+                 draft_tokens: Optional[int], page_size: Optional[int],
+                 kv_slots: Optional[int]) -> Plan:
+        """The Plan whose verify section the graphs follow: `plan` (its buckets, M, D and page
+        size; numbers given too must agree), or one made from the numbers (buckets, M, D, page
+        size), the verify section of a one-step plan over req_to_token's rows."""
+        if plan is not None:
+            if not isinstance(plan, Plan):
+                raise TypeError(f"plan: expected a specgraph.Plan or None, got "
+                                f"{_check.type_name(plan)}")
+            cfg = plan.config
+            if cfg.verify_tokens == 0:
+                raise InvalidArgument("plan: no verify section (DraftConfig(verify_tokens=D))",
+                                      field="verify_tokens")
+            for field, given, planned in (("max_seq_len", max_seq_len, cfg.max_context_len),
+                                          ("draft_tokens", draft_tokens, cfg.verify_tokens),
+                                          ("page_size", page_size, cfg.page_size)):
+                if given is not None and given != planned:
+                    raise InvalidArgument(f"{field}: {given}, but the plan's is {planned} (leave "
+                                          "it out to use the plan's)", field=field)
+            return plan
+        if isinstance(buckets, (str, bytes)) or not hasattr(buckets, "__iter__"):
+            raise TypeError(f"buckets: expected a sequence of ints, got "
+                            f"{_check.type_name(buckets)}")
+        for field, v in (("max_seq_len", max_seq_len), ("draft_tokens", draft_tokens),
+                         ("page_size", page_size)):
+            if v is None:
+                raise TypeError(f"{field}: required without plan= (or pass a Plan with a verify "
+                                "section)")
+        chosen = sorted({_check.int_in(f"buckets[{i}]", b, 1, 1 << 20)
+                         for i, b in enumerate(buckets)})
+        if not chosen:
+            raise InvalidArgument("buckets: empty, expected at least one batch size",
+                                  field="buckets")
+        d = _check.int_in("draft_tokens", draft_tokens, 1, 1 << 10)
+        m = _check.index("max_seq_len", max_seq_len)
+        ps = _check.index("page_size", page_size)
+        verify_tables(chosen[-1], m, d, ps)  # the verify ranges, named as the verify op names them
+        rows = int(req_to_token.shape[0]) if req_to_token.dim() == 2 else 1
+        # The plan's kv_slots only bounds page ids (int32): the largest it accepts at this page
+        # size (the op itself gets kv_slots, the caller's bound on every slot it reads).
+        slots = ((1 << 31) - 1) * ps
+        return make_plan(DraftConfig(max_batch=chosen[-1], topk=1, num_steps=1, page_size=ps,
+                                     max_context_len=m, pool_rows=max(rows, 1), kv_slots=slots,
+                                     buckets=tuple(chosen), verify_tokens=d))
 
     # ---- the body ----------------------------------------------------------------------------
     def view(self, bucket: int) -> VerifyView:
-        b, d, m = bucket, self.d, self.m
-        o = self.outputs
-        fa3 = None if o.fa3 is None else VerifyFa3(
-            o.fa3.prefix_page_table[:b], o.fa3.prefix_cache_seqlen[:b],
-            o.fa3.prefix_cu_seqlens_q[: b + 1], o.fa3.prefix_cu_seqlens_k[: b + 1],
-            o.fa3.expand_page_table[: b * d], o.fa3.expand_cache_seqlen[: b * d],
-            o.fa3.expand_cu_seqlens_q[: b * d + 1], o.fa3.expand_cu_seqlens_k[: b * d + 1])
-        fi = None if o.flashinfer is None else VerifyFlashInfer(
-            o.flashinfer.qo_indptr[: b + 1], o.flashinfer.kv_indptr[: b + 1],
-            o.flashinfer.kv_indices[: b * (m + d)], o.flashinfer.kv_last_page_len[:b],
-            o.flashinfer.mask_indptr[: b + 1],
-            o.flashinfer.packed_mask[: b * (-(-d * (m + d) // 8))],
-            o.flashinfer.packed_mask_indptr[: b + 1])
-        return VerifyView(b, fa3, fi, self._pool[:b], self._seq[:b],
-                          self._mask[: b * d * (m + d)])
+        """The outputs sliced to the bucket (C++'s sizes of it), with the static inputs."""
+        o = bucket_outputs(self.outputs, self._tables[bucket]["fields"])
+        cells = self._tables[bucket]["capacity"][3]  # B * D * (M + D)
+        return VerifyView(bucket, o.fa3, o.flashinfer, self._pool[:bucket], self._seq[:bucket],
+                          self._mask[:cells])
 
     def _record(self, bucket: int) -> None:
         b = bucket
         # Every request of the bucket counts as real: padded ones carry all-1 blocks (stage_).
         verify_metadata_(self.outputs, self.req_to_token, self._pool[:b], self._seq[:b],
-                         self._mask[: b * self.d * (self.m + self.d)], draft_tokens=self.d,
+                         self._mask[: self._tables[b]["capacity"][3]], draft_tokens=self.d,
                          page_size=self.ps, max_seq_len=self.m, real_batch=b, mask_exact=False,
                          kv_slots=self.kv_slots)
         self.forward(self.view(b))
@@ -202,27 +254,16 @@ class VerifyGraphs:
         timings: List[GraphTiming] = []
         in_pool = 0
         if self.mode == "cuda_graph":
-            torch.cuda.synchronize(self.device)
-            stream = self.stream or torch.cuda.Stream(self.device)
-            self.pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
-            for b in self.buckets:
-                if self.warmups:
-                    stream.wait_stream(torch.cuda.current_stream(self.device))
-                    with torch.cuda.stream(stream):
-                        self._warm_up(b)
-                    torch.cuda.current_stream(self.device).wait_stream(stream)
-                if self.before_capture is not None:
-                    self.before_capture(b)
-                g = torch.cuda.CUDAGraph()
-                t0 = time.perf_counter()
-                with _failing(b, "capture"):
-                    with torch.cuda.graph(g, pool=self.pool, stream=stream,
-                                          capture_error_mode=self.capture_error_mode):
-                        self._record(b)
-                timings.append(GraphTiming(b, 0, time.perf_counter() - t0))
-                self._graphs[b] = g
-            torch.cuda.synchronize(self.device)
-            in_pool = pool_bytes(self.pool, self.device) or 0
+            before = self.before_capture
+            done = capture_graphs(
+                [(b,) for b in self.buckets], device=self.device, stream=self.stream,
+                pool=self.pool, warmups=self.warmups, warm_up=lambda k: self._warm_up(k[0]),
+                record=lambda k: self._record(k[0]), failing_at=lambda k, w: _failing(k[0], w),
+                before_capture=None if before is None else (lambda k: before(k[0])),
+                capture_error_mode=self.capture_error_mode)
+            self.pool = done.pool
+            self._graphs.update({k[0]: g for k, g in done.graphs.items()})
+            timings, in_pool = done.timings, done.pool_bytes
         else:
             for b in self.buckets:
                 self._warm_up(b)
@@ -248,7 +289,7 @@ class VerifyGraphs:
         bs = _check.int_in("bs", bs, 1, self.buckets[0])
         fits = [b for b in self.buckets if b >= bs]
         chosen = min(fits) if bucket is None else _check.index("bucket", bucket)
-        if self.report is None or chosen not in self.buckets or chosen < bs:
+        if self.report is None or chosen not in self.buckets or chosen < bs:  # captured ones
             raise InvalidArgument(f"bucket: {chosen} is not a captured bucket >= bs {bs} "
                                   f"(captured: {list(self.buckets)}; capture() first)",
                                   field="bucket")
@@ -261,7 +302,7 @@ class VerifyGraphs:
                 raise InvalidArgument(f"{field}: {t.numel()} entries, expected at least bs {bs}",
                                       field=field)
         n = custom_mask.numel()
-        most = bs * self.d * (self.m + self.d)
+        most = verify_tables(bs, self.m, self.d, self.ps)["capacity"][3]  # bs * D * (M + D)
         if n > most:
             raise InvalidArgument(f"custom_mask: {n} cells, more than bs * D * (max_seq_len + D)"
                                   f" = {most} (seq_lens must not include the D verify tokens)",
@@ -307,10 +348,7 @@ class VerifyGraphs:
             words, n = GUARD_SHAPE  # each word's first int32 counts its violations
             self._flag[0].copy_(self.outputs.guard.reshape(-1)[0::n][:words].sum())
             self._flag[1].copy_(self._needed != self._given)
-            self._host_flag.copy_(self._flag, non_blocking=True)
-            if self._flag_event is not None:
-                self._flag_event.record()
-            self._flag_pending = True
+            self._async.record()
 
     def check(self) -> None:
         """Raises for the last run: InvalidArgument naming custom_mask when its length
@@ -342,12 +380,10 @@ class VerifyGraphs:
 
     def poll(self) -> None:
         """async mode: raises once an earlier run's count has landed non-zero. Never waits."""
-        if not self._flag_pending:
+        landed = self._async.landed()
+        if landed is None:
             return
-        if self._flag_event is not None and not self._flag_event.query():
-            return
-        self._flag_pending = False
-        count, mask_bad = (int(x) for x in self._host_flag)
+        count, mask_bad = landed
         if count or mask_bad:
             also = " and a custom_mask of the wrong length" if mask_bad else ""
             raise GuardViolation(f"verify graphs: {count} guard violation(s){also} in an earlier "
