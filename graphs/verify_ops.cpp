@@ -107,25 +107,9 @@ verify_params verify_metadata_params(const draft_buffers& b, std::int32_t bucket
   return p;
 }
 
-void verify_metadata(executor& ex, const verify_params& p, bool host_memory) {
-  if (host_memory) {
-    validate_contents_host(p);  // every content, the mask's length included; nothing written
-  } else {
-    validate(p);
-    detail::not_null("scratch", p.scratch);
-  }
-  // The guard words start clean each verify round (setup_round resets the plan's too).
-  ex.fill_bytes(p.guard, 0, sizeof(guard_word) * verify_guard_count);
-  if (host_memory) {
-    verify_metadata_host(p);
-  } else {
-    launch_verify_metadata(ex, p);
-  }
-}
-
 void verify_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket,
                      const verify_inputs& in) {
-  verify_metadata(ex, verify_metadata_params(b, bucket, in), /*host_memory=*/false);
+  run_verify_metadata(ex, verify_metadata_params(b, bucket, in), /*host_memory=*/false);
 }
 
 }  // namespace specgraph

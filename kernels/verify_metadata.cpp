@@ -336,4 +336,20 @@ void verify_metadata_host(const verify_params& p) {
   run_passes(q, [](const kernel_launch& l) { l.host_run(l.params, l.rows); });
 }
 
+void run_verify_metadata(executor& ex, const verify_params& p, bool host_memory) {
+  if (host_memory) {
+    validate_contents_host(p);  // every content, the mask's length included; nothing written
+  } else {
+    validate(p);
+    not_null("scratch", p.scratch);
+  }
+  // The guard words start clean each verify round (setup_round resets the plan's too).
+  ex.fill_bytes(p.guard, 0, sizeof(guard_word) * verify_guard_count);
+  if (host_memory) {
+    verify_metadata_host(p);
+  } else {
+    launch_verify_metadata(ex, p);
+  }
+}
+
 }  // namespace specgraph

@@ -172,8 +172,8 @@ TEST(VerifyTables, TheOpsRefuseAPartialLayoutByNameWritingNothing) {
     p.mask_cells = 36;
     p.guard = guards.data();
     expect_invalid([&] { verify_metadata_host(p); }, verify_field_names[i], "output pointers set");
-    expect_invalid([&] { verify_metadata(*ex, p, /*host_memory=*/true); }, verify_field_names[i],
-                   "output pointers set");
+    expect_invalid([&] { run_verify_metadata(*ex, p, /*host_memory=*/true); },
+                   verify_field_names[i], "output pointers set");
     verify_engine_outputs o = all_but(i, cells);
     o.prefix_stride = 8;
     o.expand_stride = 4;

@@ -185,5 +185,13 @@ void validate_contents_host(const verify_params& p);
 void launch_verify_metadata(executor& ex, const verify_params& p);
 // The same computation on the calling thread over host memory, after validate_contents_host.
 void verify_metadata_host(const verify_params& p);
+// The whole verify computation over tables the caller owns, without a plan (Python's
+// verify_metadata_; verify_ops.hpp's op over a plan's buffers ends here too). Checks p
+// (validate; with host_memory every content too, validate_contents_host) and throws
+// invalid_argument before anything is written; then resets p.guard's verify_guard_count words
+// and, with host_memory (every pointer in host memory), runs the host twin on the calling
+// thread (synchronous), else enqueues the kernels on ex's stream (asynchronous, no allocation,
+// capture-safe; p.scratch must be set).
+void run_verify_metadata(executor& ex, const verify_params& p, bool host_memory);
 
 }  // namespace specgraph

@@ -74,14 +74,6 @@ struct verify_inputs {
 void verify_metadata(executor& ex, const draft_buffers& b, std::int32_t bucket,
                      const verify_inputs& in);
 
-// The same op over tables the caller owns, without a plan (Python's verify_metadata_): p as
-// launch_verify_metadata takes it. Checks p (validate; with host_memory every content too,
-// validate_contents_host) and throws invalid_argument before anything is written; then resets
-// p.guard's verify_guard_count words and, with host_memory (every pointer in host memory), runs
-// the host twin on the calling thread (synchronous), else enqueues the kernels on ex's stream
-// (asynchronous, no allocation, capture-safe; p.scratch must be set).
-void verify_metadata(executor& ex, const verify_params& p, bool host_memory);
-
 // The launch parameters verify_metadata enqueues (after its host checks), for tests and for
 // engines that compose the launch themselves. Host only; throws like verify_metadata.
 verify_params verify_metadata_params(const draft_buffers& b, std::int32_t bucket,

@@ -221,7 +221,7 @@ void verify_metadata_op(ffi::TensorView req_to_token, ffi::TensorView req_pool_i
     if (!host) p.scratch = static_cast<std::int64_t*>(address_of(s));  // the host twin: its own
   }
   check_no_overlap(spans, first_output);
-  verify_metadata(executor_for(device), p, /*host_memory=*/host);
+  run_verify_metadata(executor_for(device), p, /*host_memory=*/host);
 }
 
 // The verify tables of a bucket of `batch` at the longest seq_len M with D verify tokens, as C++
