@@ -215,17 +215,11 @@ struct sim_engine::impl {
     launch<lse_merge_kernel>(m, static_cast<std::int64_t>(v.rows) * opt.heads, cuda.merge);
   }
 
-  // The csr path: the library's op writes the step's kv_indptr / kv_indices into the plan's
-  // arena (every step at once under the device step counter, whose graph serves all steps),
-  // then one ragged decode pass reads them into `out_csr`.
+  // The csr path: draft_runtime has written the step's kv_indptr / kv_indices into the plan's
+  // arena before this forward (the step's graph body, in every replay mode: docs/csr.md), so
+  // the engine only reads them: one ragged decode pass into `out_csr`.
   void csr_forward(const step_view& v) {
     const draft_buffers& b = rt->buffers();
-    const engine_tables tables{d_req_to_token.as<std::int32_t>()};
-    if (v.device_step != nullptr) {
-      csr_indices(*ex, b, v.bucket, whole_round, tables);
-    } else {
-      csr_indices(*ex, b, v.bucket, v.step, tables);
-    }
     csr_attention_kernel::params c{};
     c.q = q_src.as<float>();
     c.steps = opt.num_steps;
