@@ -68,6 +68,11 @@ const char* to_string(kernel_id k) noexcept {
     case kernel_id::round_setup: return "setup_round";
     case kernel_id::step_metadata: return "step_metadata";
     case kernel_id::csr_indices: return "csr_step_indices";
+    case kernel_id::extend_metadata: return "extend_metadata";
+    case kernel_id::extend_page_table: return "extend_page_table";
+    case kernel_id::extend_triton_kv_indices: return "extend_triton_kv_indices";
+    case kernel_id::extend_flashinfer_kv_indices: return "extend_flashinfer_kv_indices";
+    case kernel_id::extend_select_index: return "extend_select_index";
   }
   return "unknown";
 }
@@ -79,6 +84,7 @@ const char* to_string(violation_kind k) noexcept {
     case violation_kind::layout: return "layout";
     case violation_kind::bad_input: return "bad input";
     case violation_kind::order: return "order";
+    case violation_kind::accept_len: return "accept_len";
   }
   return "unknown";
 }

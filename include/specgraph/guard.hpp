@@ -29,6 +29,12 @@ enum class kernel_id : std::int32_t {
   round_setup = 11,    // setup_round
   step_metadata = 12,  // step_metadata (a step or at_device_step)
   csr_indices = 13,    // csr_indices (a step, whole_round or at_device_step): "csr_step_indices"
+  // Draft extend (docs/extend.md).
+  extend_metadata = 14,               // bad input of the draft-extend kernels
+  extend_page_table = 15,             // FA3 page-table columns past page_capacity
+  extend_triton_kv_indices = 16,      // CSR prefix-layout kv_indices past their capacity
+  extend_flashinfer_kv_indices = 17,  // CSR full-layout kv_indices past their capacity
+  extend_select_index = 18,           // a real request's accept length of 0
 };
 
 enum class violation_kind : std::int32_t {
@@ -39,6 +45,9 @@ enum class violation_kind : std::int32_t {
   // An op ran out of the round's order (docs/metadata.md section 11): column the step (-1: the
   // device step, or none), capacity the progress it needs, value the progress it found.
   order = 4,
+  // A real request's accept length was 0 (docs/extend.md): its select_index is r * W (row the
+  // request's first window token); row the request, value 0.
+  accept_len = 5,
 };
 
 // The round's progress, kept in the arena's round.progress word (docs/metadata.md section 11):
