@@ -239,7 +239,7 @@ TEST(ExtendRandom, EveryCellAgainstTheReference) {
   SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   auto ex = make_host_executor();
-  const int cases = property_cases(20000);
+  const int cases = property_cases(1000000);
   std::int64_t cells = 0;
   for (int i = 0; i < cases; ++i) {
     const extend_case c = random_case(rng);
@@ -252,6 +252,110 @@ TEST(ExtendRandom, EveryCellAgainstTheReference) {
                                        o.prefix_indices.size() + o.position.size());
   }
   RecordProperty("cells", std::to_string(cells));
+}
+
+// A bad request read on the device is recorded in guard[0] and written as a padded row; the
+// host twin refuses the same input before writing anything, naming the field.
+TEST(ExtendBadInput, DeviceRecordsAndPadsHostRefuses) {
+  std::vector<std::int32_t> r1, r2;
+  for (int q = 0; q < 8; ++q) r1.push_back(100 + q), r2.push_back(200 + q);
+  struct bad {
+    const char* field;
+    int which;  // 0 pool row, 1 seq_len, 2 accept_len, 3 slot
+    std::int32_t value;
+    std::int32_t column, capacity;
+  };
+  const bad cases[] = {{"req_pool_index[1]", 0, 9, -1, 3},
+                       {"seq_len[1]", 1, 5, -1, 4},
+                       {"accept_len[1]", 2, 4, -3, 3},
+                       {"req_to_token[2][3]", 3, -2, 3, -1}};
+  auto ex = make_host_executor();
+  for (const bad& b : cases) {
+    SCOPED_TRACE(b.field);
+    extend_case c = example(1, 3, {4, 2}, {2, 3}, 3, {r1, r2}, 8);
+    const extend_tables t = extend_exact_tables(3, 4, 1, 3);
+    c.page_capacity = t.page_capacity;
+    c.prefix_capacity = t.prefix_kv_capacity;
+    c.full_capacity = t.full_kv_capacity;
+    extend_case good = c;
+    if (b.which == 0) c.req_pool_index[1] = b.value;
+    if (b.which == 1) c.seq_len[1] = b.value;
+    if (b.which == 2) c.accept_len[1] = b.value;
+    if (b.which == 3) c.req_to_token[2 * 8 + 3] = b.value;
+    try {
+      run_extend(*ex, c, true);
+      ADD_FAILURE() << "accepted";
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(b.field), std::string::npos) << e.what();
+    }
+    const extend_outputs o = run_extend(*ex, c, false);
+    EXPECT_EQ(o.guard[0].violations, 1) << describe(o.guard[0]);
+    EXPECT_EQ(o.guard[0].kind, static_cast<int>(violation_kind::bad_input));
+    EXPECT_EQ(o.guard[0].row, 1);
+    EXPECT_EQ(o.guard[0].column, b.column);
+    EXPECT_EQ(o.guard[0].capacity, b.capacity);
+    EXPECT_EQ(o.guard[0].value, b.value);
+    good.real_batch = 1;  // request 1 written exactly as a padded row
+    const extend_expect e = extend_reference(good);
+    EXPECT_EQ(o.select_index[1], e.select_index[1]);
+    EXPECT_EQ(o.cache_seqlen[1], 1);
+    EXPECT_EQ(o.position[3], 0);
+    EXPECT_EQ(o.out_cache_loc[4], 0);
+    EXPECT_EQ(o.full_kv[2], 8);  // 7 keys + the padded row's one
+  }
+}
+
+TEST(ExtendValidation, NamesTheFieldAndTheLimit) {
+  auto ex = make_host_executor();
+  std::vector<std::int32_t> r1(8, 1);
+  extend_case c = example(1, 3, {4}, {2}, 1, {r1}, 8);
+  const extend_tables t = extend_exact_tables(1, 4, 1, 3);
+  c.page_capacity = t.page_capacity;
+  c.prefix_capacity = t.prefix_kv_capacity;
+  c.full_capacity = t.full_kv_capacity;
+  auto expect_refused = [&](extend_case bad, const char* what) {
+    try {
+      run_extend(*ex, bad, true);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  extend_case w = c;
+  w.window = max_extend_tokens + 1;
+  expect_refused(w, "extend_tokens");
+  extend_case ps = c;
+  ps.page_size = 0;
+  expect_refused(ps, "page_size: 0 is below the minimum 1");
+  extend_case narrow = c;
+  narrow.width = 6;  // seq_len 4 + W 3 = 7 positions
+  narrow.req_to_token.resize(12);
+  expect_refused(narrow, "past the row width req_to_token_stride 6");
+  extend_case big = c;
+  big.max_seq_len = 0x7fffffff / 2;
+  expect_refused(big, "max_seq_len");
+  // The layouts rule: a layout partly given is refused, naming the missing pointer.
+  extend_params p;
+  p.cache_seqlen = c.seq_len.data();
+  try {
+    extend_layouts_of(p, "outputs.");
+    ADD_FAILURE() << "accepted a partial fa3 layout";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("outputs.page_table"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ExtendCapacities, TheSpecsSizingTable) {
+  // Bucket 256, W 8, M 131072 (docs/extend.md).
+  EXPECT_EQ(extend_prefix_kv_capacity(256, 131072), 33554432);
+  EXPECT_EQ(extend_full_kv_capacity(256, 131072, 8), 33556480);
+  EXPECT_EQ(extend_page_columns(131072, 1, 8), 131080);
+  EXPECT_EQ(extend_page_columns(131072, 64, 8), 2049);
+  const extend_engine_reservation e = extend_engine_reservations(256, 131072, 64, 8);
+  EXPECT_EQ(e.triton_kv_indices, 268435456);
+  EXPECT_EQ(e.flashinfer_kv_indices, 268435456);
+  EXPECT_EQ(e.flashinfer_mask_bytes, 268435456);
+  EXPECT_EQ(e.fa3_page_table, 256 * 2048);
 }
 
 }  // namespace
