@@ -4,6 +4,7 @@
 #include "kernels/builtin_kernels.hpp"
 #include "kernels/draft_kv_indices.hpp"
 #include "kernels/expand_page_table.hpp"
+#include "kernels/extend_fill.hpp"
 #include "kernels/guard_ops.hpp"
 #include "kernels/prefix_metadata.hpp"
 #include "kernels/round_control.hpp"

@@ -30,7 +30,13 @@
   X(verify_prefix_fill)              \
   X(verify_expand_fill)              \
   X(verify_kv_fill)                  \
-  X(verify_mask_fill)
+  X(verify_mask_fill)                \
+  X(extend_check)                    \
+  X(extend_scan)                     \
+  X(extend_tokens_fill)              \
+  X(extend_page_fill)                \
+  X(extend_prefix_fill)              \
+  X(extend_full_fill)
 
 namespace specgraph::kernels {
 
