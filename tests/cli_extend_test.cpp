@@ -41,6 +41,13 @@ const std::string x4_input =
     R"([12,13,14,15,32,33,34,35,4,5,6,7,24,25,26,27,16,17,18,19],)"
     R"([36,37,38,39,8,9,10,11,28,29,30,31,20,21,22,23,40,41,42,43]],"page_table_capacity":4})";
 
+// X1's input with another bucket.
+std::string with_bucket(const std::string& bucket) {
+  std::string s = x1_input();
+  const std::string key = "\"bucket\":3";
+  return s.replace(s.find(key), key.size(), "\"bucket\":" + bucket);
+}
+
 TEST(CliExtend, X1PaddedBucket) {
   const result r = run_extend_cli(x1_input());
   ASSERT_EQ(r.code, 0) << r.err;
@@ -58,10 +65,10 @@ TEST(CliExtend, X1PaddedBucket) {
 
 // X2: the window crosses a page (pages 5 9 2 7).
 TEST(CliExtend, X2WindowCrossesAPage) {
-  const result r = run_extend_cli(
-      R"({"page_size":4,"num_draft_tokens":4,"seq_len":[6],"accept_len":[2],)"
-      R"("req_pool_index":[1],"req_to_token":[[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],)"
-      R"([20,21,22,23,36,37,38,39,8,9,10,11,28,29,30,31]]})");
+  const result r =
+      run_extend_cli(R"({"page_size":4,"num_draft_tokens":4,"seq_len":[6],"accept_len":[2],)"
+                     R"("req_pool_index":[1],"req_to_token":[[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],)"
+                     R"([20,21,22,23,36,37,38,39,8,9,10,11,28,29,30,31]]})");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,
             "{\"tokens\":{\"position\":[6,7,8,9],\"out_cache_loc\":[38,39,8,9],\"select_index\":"
@@ -75,9 +82,9 @@ TEST(CliExtend, X2WindowCrossesAPage) {
 
 // X3: an idle DP rank, every row of bucket 2 padded.
 TEST(CliExtend, X3IdleRank) {
-  const result r = run_extend_cli(
-      R"({"page_size":4,"num_draft_tokens":3,"seq_len":[],"accept_len":[],)"
-      R"("req_pool_index":[],"req_to_token":[[0,0,0,0]],"bucket":2})");
+  const result r =
+      run_extend_cli(R"({"page_size":4,"num_draft_tokens":3,"seq_len":[],"accept_len":[],)"
+                     R"("req_pool_index":[],"req_to_token":[[0,0,0,0]],"bucket":2})");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,
             "{\"tokens\":{\"position\":[0,0,0,0,0,0],\"out_cache_loc\":[0,0,0,0,0,0],"
@@ -109,12 +116,12 @@ TEST(CliExtend, X4ContextEdgeAndAcceptLengthZero) {
 // Two rows short of the page table, both kv buffers short, two accept lengths of 0: one
 // violation per short row, one per buffer (its first refused entry and the count), one per row.
 TEST(CliExtend, ShortCapacitiesListEveryRowAndEveryBuffer) {
-  const result r = run_extend_cli(
-      R"({"page_size":1,"num_draft_tokens":3,"seq_len":[4,2],"accept_len":[0,0],)"
-      R"("req_pool_index":[1,2],)" +
-      x1_rows +
-      R"(,"bucket":3,"page_table_capacity":4,"triton_kv_capacity":5,)"
-      R"("flashinfer_kv_capacity":9})");
+  const result r =
+      run_extend_cli(R"({"page_size":1,"num_draft_tokens":3,"seq_len":[4,2],"accept_len":[0,0],)"
+                     R"("req_pool_index":[1,2],)" +
+                     x1_rows +
+                     R"(,"bucket":3,"page_table_capacity":4,"triton_kv_capacity":5,)"
+                     R"("flashinfer_kv_capacity":9})");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"page_table\":[[100,101,102,103],[200,201,202,203],[0,0,0,0]]"),
             std::string::npos)
@@ -169,8 +176,9 @@ TEST(CliExtend, InvalidInputIsOneLineNamingTheField) {
        "num_draft_tokens: 0 is below the minimum 1"},
       {R"({"page_size":1,"num_draft_tokens":1025,"seq_len":[4,2],"accept_len":[2,3])" + r2t,
        "num_draft_tokens: 1025 is above the maximum max_extend_tokens 1024"},
-      {base + R"("seq_len":[4,-1],"accept_len":[2,3])" + r2t, "seq_len[1]: -1 is below the "
-                                                              "minimum 0"},
+      {base + R"("seq_len":[4,-1],"accept_len":[2,3])" + r2t,
+       "seq_len[1]: -1 is below the "
+       "minimum 0"},
       {base + R"("seq_len":[4,2],"accept_len":[2,4])" + r2t,
        "accept_len[1]: 4 is outside [0, num_draft_tokens 3]"},
       {base + R"("seq_len":[4,2],"accept_len":[-1,3])" + r2t,
@@ -179,9 +187,9 @@ TEST(CliExtend, InvalidInputIsOneLineNamingTheField) {
        "accept_len: 1 entries, expected one per request (seq_len has 2)"},
       {base + R"("seq_len":[4,2],"accept_len":[2,3],"req_pool_index":[1],)" + x1_rows + "}",
        "req_pool_index: 1 entries, expected one per request (seq_len has 2)"},
-      {x1_input().replace("\"bucket\":3", "\"bucket\":1"),
+      {with_bucket("1"),
        "bucket: 1 is below the 2 requests (padded rows are appended, never dropped)"},
-      {x1_input().replace("\"bucket\":3", "\"bucket\":-1"), "bucket: -1 is below the minimum 0"},
+      {with_bucket("-1"), "bucket: -1 is below the minimum 0"},
       {x1_input(R"(,"page_table_capacity":0)"), "page_table_capacity: 0 is below the minimum 1"},
       {x1_input(R"(,"triton_kv_capacity":-1)"), "triton_kv_capacity: -1 is below the minimum 0"},
       {x1_input(R"(,"flashinfer_kv_capacity":-2)"),
@@ -205,7 +213,7 @@ TEST(CliExtend, InvalidInputIsOneLineNamingTheField) {
       {x1_input(R"(,"page_table_capacity":16777216)"),
        "page_table_capacity: 16777216 columns x bucket 3 exceeds the limit of 16777216 table "
        "cells"},
-      {"{\"page_size\":1", "json"},
+      {"{\"page_size\":1", "invalid JSON"},
   };
   for (const auto& c : cases) {
     const result r = run_extend_cli(c.input);
