@@ -47,7 +47,8 @@ constexpr const char* metadata_usage =
     "  fallback   the sparse fallback's evenly spaced indices (metadata fallback --help)\n"
     "  kv-indices the CSR draft-decode kv_indptr / kv_indices of every step (docs/csr.md)\n"
     "  verify     a draft tree's FA3 cascade tables and FlashInfer indices + mask "
-    "(docs/verify.md)\n";
+    "(docs/verify.md)\n"
+    "  extend     the draft-extend tokens, FA3 tables and CSR indices (docs/extend.md)\n";
 
 constexpr const char* expand_usage =
     "usage: specgraph metadata expand < case.json\n"
@@ -99,6 +100,20 @@ constexpr const char* verify_usage =
     "output: {\"fa3\": {\"prefix\": {...}, \"expand\": {...}}, \"flashinfer\": {...}, "
     "\"violations\": [...]}\n";
 
+constexpr const char* extend_usage =
+    "usage: specgraph metadata extend < case.json\n"
+    "input: one JSON object with the fields (docs/extend.md)\n"
+    "  page_size, num_draft_tokens  ints >= 1 (num_draft_tokens = W, the verify window)\n"
+    "  seq_len          [bs] ints >= 0, committed tokens per request BEFORE the window\n"
+    "  accept_len       [bs] ints in [0, W], tokens verify accepted (the bonus token included)\n"
+    "  req_pool_index   [bs] ints, each request's row of req_to_token\n"
+    "  req_to_token     rows of equal width >= seq_len + W: token slots (row 0 backs padding)\n"
+    "  bucket           int >= bs, the padded batch B (default bs)\n"
+    "  page_table_capacity  int >= 1 (default: the widest row's ceil((seq_len + W) / ps))\n"
+    "  triton_kv_capacity, flashinfer_kv_capacity  ints >= 0 (default: what is used)\n"
+    "output: {\"tokens\": {...}, \"fa3\": {...}, \"triton\": {...}, \"flashinfer\": {...}, "
+    "\"violations\": [...]}\n";
+
 bool is_help(const std::string& arg) {
   return arg == "--help" || arg == "-h" || arg == "help";
 }
@@ -117,9 +132,11 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
   }
   const bool expand = args[0] == "expand", fallback = args[0] == "fallback";
   const bool kv = args[0] == "kv-indices", verify = args[0] == "verify";
-  if (!expand && !fallback && !kv && !verify) {
+  const bool extend = args[0] == "extend";
+  if (!expand && !fallback && !kv && !verify && !extend) {
     err << "specgraph: error: unknown metadata command " << echo(args[0])
-        << " (commands: expand, fallback, kv-indices, verify; run 'specgraph metadata --help')\n";
+        << " (commands: expand, fallback, kv-indices, verify, extend; run 'specgraph metadata "
+           "--help')\n";
     return 2;
   }
   if (args.size() > 1) {
@@ -127,6 +144,7 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
       out << (expand   ? expand_usage
               : kv     ? kv_indices_usage
               : verify ? verify_usage
+              : extend ? extend_usage
                        : fallback_usage);
       return 0;
     }
@@ -136,6 +154,7 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
   }
   if (kv) return metadata_kv_indices(in, out, err);
   if (verify) return metadata_verify(in, out, err);
+  if (extend) return metadata_extend(in, out, err);
   return expand ? metadata_expand(in, out, err) : metadata_fallback(in, out, err);
 }
 

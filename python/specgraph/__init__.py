@@ -38,6 +38,9 @@ from .ops import (GuardWord, RoundGraph, SparseStage, advance_step_, check_guard
                   round_graph, round_setup_, sparse_stage_, sparse_stages, stage_,
                   step_metadata_, step_metadata_device_)
 from .plan import BufferSpec, EngineSizing, Plan, make_plan
+from .extend import (ExtendCapacity, ExtendFa3, ExtendFull, ExtendOutputs, ExtendPrefix,
+                     ExtendTokens, extend_capacities, extend_metadata_, extend_outputs,
+                     extend_violations)
 from .verify import (VerifyCapacity, VerifyFa3, VerifyFlashInfer, VerifyOutputs,
                      verify_capacities, verify_metadata_, verify_outputs, verify_violations)
 
@@ -119,6 +122,8 @@ __all__ = [
     "round_graph", "continue_condition_host", "CsrOutputs", "bind_csr_outputs",
     "csr_step_indices_", "csr_round_indices_", "csr_indices_device_",
     "BoundInputs", "bind_inputs", "begin_round_", "VerifyCapacity",
+    "ExtendCapacity", "ExtendFa3", "ExtendFull", "ExtendOutputs", "ExtendPrefix", "ExtendTokens",
+    "extend_capacities", "extend_metadata_", "extend_outputs", "extend_violations",
     "VerifyFa3", "VerifyFlashInfer", "VerifyOutputs", "verify_capacities", "verify_metadata_",
     "verify_outputs", "verify_violations",
     "BoundInputs", "bind_inputs", "begin_round_",

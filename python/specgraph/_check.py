@@ -149,6 +149,8 @@ def int_array(field: str, values: Any, dtype: str, np: Any) -> Any:
     if values is None or isinstance(values, (str, bytes)):
         raise TypeError(f"{field}: expected an integer array, got {type_name(values)}")
     a = np.asarray(values)
+    if a.size == 0 and not isinstance(values, np.ndarray):
+        a = a.astype(dtype)  # an empty list (an idle rank) has no element to convert wrongly
     if a.dtype.kind not in "iu":
         raise InvalidArgument(f"{field}: dtype {a.dtype}, expected {dtype} (integers are not "
                               "converted from other kinds)", field=field)

@@ -131,6 +131,24 @@ def verify_tables(batch: int, max_seq_len: int, draft_tokens: int,
     """{"capacity": [prefix columns, kv_indices, packed mask bytes, mask cells, scratch words],
     "fields": [[name, layout, rows, cols (-1: a vector), bytes, formula], ...]} in the C++
     tables' order."""
+# ---- draft-extend metadata (extend.cpp) --------------------------------------------------------
+def extend_metadata(req_to_token: Tensor, req_pool_index: Tensor, seq_len: Tensor,
+                    accept_len: Tensor, real_batch_at: Optional[Tensor], extend_tokens: int,
+                    page_size: int, max_seq_len: int, real_batch: int, slot_limit: int,
+                    page_capacity: int, prefix_kv_capacity: int, full_kv_capacity: int,
+                    tokens: List[Optional[Tensor]], fa3: List[Optional[Tensor]],
+                    prefix: List[Optional[Tensor]], full: List[Optional[Tensor]],
+                    guard: Tensor, scratch: Any) -> None:
+    """Each layout its tensors in the tables' order or none (tokens 3, fa3 5, prefix 3, full 4;
+    a None or a short list: refused by the one rule, naming the first missing field);
+    capacities -1: the exact ones; real_batch_at: int32 [1] read on the device (None: the int);
+    scratch None on the host. Host checks first; CUDA: enqueued on the environment stream; CPU:
+    the host twin."""
+def extend_tables(batch: int, max_seq_len: int, extend_tokens: int,
+                  page_size: int) -> Dict[str, Any]:
+    """{"capacity": [page columns, prefix kv_indices, full kv_indices, scratch words, guard
+    words], "fields": [[name, layout, rows, cols (-1: a vector), formula], ...]} in the C++
+    tables' order."""
 def verify_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any, custom_mask: Any,
                  mask_cells: int, mask_exact: bool) -> None: ...
 

@@ -80,6 +80,16 @@ SCHEMAS = {
                         "int prefix_capacity, int kv_indices_capacity, "
                         "int packed_mask_capacity, Tensor(a!)[] fa3, Tensor(b!)[] flashinfer, "
                         "Tensor(c!) guard, Tensor(d!)[] scratch) -> ()",
+    # Draft-extend metadata (specgraph.extend) into the caller's tensors: each layout's set
+    # (tokens 3, fa3 5, prefix 3, full 4, or none), the guard words and the optional scratch;
+    # real_batch_at: the real batch read on the device (None: the int real_batch).
+    "extend_metadata_": "extend_metadata_(Tensor req_to_token, Tensor req_pool_indices, "
+                        "Tensor seq_lens, Tensor accept_lens, Tensor? real_batch_at, "
+                        "int extend_tokens, int page_size, int max_seq_len, int real_batch, "
+                        "int slot_limit, int page_capacity, int prefix_kv_capacity, "
+                        "int full_kv_capacity, Tensor(a!)[] tokens, Tensor(b!)[] fa3, "
+                        "Tensor(c!)[] prefix, Tensor(d!)[] full, Tensor(e!) guard, "
+                        "Tensor(f!)[] scratch) -> ()",
 }
 
 
@@ -228,6 +238,26 @@ def _torch_impl(req_to_token: Any, pool: Any, seq: Any, mask: Any, d: int, ps: i
                          exact, limit, cp, ck, cm, fa3, fi, guard, sc)
 
 
+def _extend_impl(req_to_token: Any, pool: Any, seq: Any, acc: Any, at: Any, w: int, ps: int,
+                 m: int, rb: int, limit: int, cp: int, ck: int, cf: int, tokens: List[Any],
+                 fa3: List[Any], prefix: List[Any], full: List[Any], guard: Any,
+                 scratch: List[Any]) -> None:
+    """torch.ops.specgraph.extend_metadata_'s implementation (eager, on the tensors' device)."""
+    pool = _narrow("req_pool_indices", pool.reshape(-1))
+    seq = _narrow("seq_lens", seq.reshape(-1))
+    acc = _narrow("accept_lens", acc.reshape(-1))
+    sc = scratch[0] if scratch else None
+    if sc is None and req_to_token.is_cuda:  # in the graph pool under capture
+        try:  # the extension's count (extend_tables: extend_scratch_words(batch))
+            words = int(_ffi.extend_tables(int(seq.numel()), m, w, ps)["capacity"][3])
+        except InvalidArgument:  # out-of-range scalars: extend_metadata refuses them by name,
+            words = 1  # before it looks at the scratch
+        sc = torch.empty(max(words, 1), dtype=torch.int64, device=req_to_token.device)
+    _ffi.extend_metadata(req_to_token, pool.contiguous(), seq.contiguous(), acc.contiguous(),
+                         at, w, ps, m, rb, limit, cp, ck, cf, tokens, fa3, prefix, full, guard,
+                         sc)
+
+
 def _nothing(*args: Any) -> None:
     return None
 
@@ -245,6 +275,7 @@ _IMPLS = {
     "csr_step_indices_": _on_arena(_csr_step),
     "csr_round_indices_": _on_arena(_csr_round),
     "verify_metadata_": _torch_impl,
+    "extend_metadata_": _extend_impl,
 }
 
 _lib = torch.library.Library("specgraph", "DEF")

@@ -266,3 +266,144 @@ def verify(page_size: int, num_draft_tokens: int, seq_len: Any, req_pool_index: 
                        "packed_mask": fi.packed_mask[:bytes_kept].tolist()},
         "violations": violations,
     }
+
+
+def _extend_int(field: str, v: Any, lo: int, hi: int, hi_name: str) -> int:
+    """The CLI's range messages ("is below the minimum", "is above the maximum <name>")."""
+    v = _check.index(field, v)
+    if v < lo:
+        raise InvalidArgument(f"{field}: {v} is below the minimum {lo}", field=field)
+    if v > hi:
+        raise InvalidArgument(f"{field}: {v} is above the maximum {hi_name} {hi}", field=field)
+    return v
+
+
+def extend(page_size: int, num_draft_tokens: int, seq_len: Any, accept_len: Any,
+           req_pool_index: Any, req_to_token: Any, *, bucket: Optional[int] = None,
+           page_table_capacity: Optional[int] = None, triton_kv_capacity: Optional[int] = None,
+           flashinfer_kv_capacity: Optional[int] = None) -> Dict[str, Any]:
+    """`specgraph metadata extend` in Python (docs/extend.md): the draft-extend metadata of
+    one round as the CLI's JSON object (nested dicts and lists; json.dumps(..., separators=(",",
+    ":")) prints what the CLI prints). seq_len, accept_len, req_pool_index: [bs] (bs 0 allowed);
+    bucket B >= bs (default bs; padded rows appended); capacities as the CLI's keys (default:
+    what the round uses; a short one refuses stores, listed in "violations"). Bad input raises
+    InvalidArgument naming the field with the CLI's message (the CLI exits 2). Host only; runs
+    the kernels' host twin."""
+    np = require("numpy", "specgraph.metadata.extend")
+    from .extend import LAYOUTS, ExtendOutputs, _TYPES, FIELDS, GUARD_SHAPE, extend_violations
+
+    lim = _limits()
+    ps = _extend_int("page_size", page_size, 1, lim["max_page_size"], "limits::max_page_size")
+    w = _extend_int("num_draft_tokens", num_draft_tokens, 1, 1 << 10, "max_extend_tokens")
+    seq = _int_array("seq_len", seq_len, "int32", np).reshape(-1)
+    acc = _int_array("accept_len", accept_len, "int32", np).reshape(-1)
+    pool = _int_array("req_pool_index", req_pool_index, "int32", np).reshape(-1)
+    bs = int(seq.size)
+    for field, a in (("accept_len", acc), ("req_pool_index", pool)):
+        if a.size != bs:
+            raise InvalidArgument(f"{field}: {a.size} entries, expected one per request (seq_len "
+                                  f"has {bs})", field=field)
+    for r in range(bs):  # before any size is derived from them
+        if seq[r] < 0:
+            raise InvalidArgument(f"seq_len[{r}]: {int(seq[r])} is below the minimum 0",
+                                  field=f"seq_len[{r}]")
+        if not 0 <= acc[r] <= w:
+            raise InvalidArgument(f"accept_len[{r}]: {int(acc[r])} is outside [0, "
+                                  f"num_draft_tokens {w}]", field=f"accept_len[{r}]")
+    b = bs if bucket is None else _check.index("bucket", bucket)
+    if b < 0:
+        raise InvalidArgument(f"bucket: {b} is below the minimum 0", field="bucket")
+    if b < bs:
+        raise InvalidArgument(f"bucket: {b} is below the {bs} requests (padded rows are "
+                              "appended, never dropped)", field="bucket")
+    _extend_int("bucket", b, 0, lim["max_batch"], "limits::max_batch")
+    if b * w > 1 << 24:
+        raise InvalidArgument(f"bucket: {b} x num_draft_tokens {w} token rows exceeds the limit "
+                              f"of {1 << 24}", field="bucket")
+    table = _int_array("req_to_token", req_to_token, "int64", np)
+    if table.ndim != 2 or table.shape[0] == 0 or table.shape[1] == 0:
+        raise InvalidArgument(f"req_to_token: shape {list(table.shape)}, expected [rows >= 1 "
+                              "(pool row 0 backs the padded rows), width >= 1]",
+                              field="req_to_token")
+    bad = np.argwhere((table < 0) | (table > (1 << 31) - 1))
+    if bad.size:
+        i, j = (int(x) for x in bad[0])
+        raise InvalidArgument(f"req_to_token[{i}][{j}]: {int(table[i, j])} is outside [0, 2^31)",
+                              field=f"req_to_token[{i}][{j}]")
+    rows, width = table.shape
+    for r in range(bs):
+        if not 0 <= pool[r] < rows:
+            raise InvalidArgument(f"req_pool_index[{r}]: {int(pool[r])} is outside [0, pool_rows "
+                                  f"{rows})", field=f"req_pool_index[{r}]")
+        if int(seq[r]) + w > width:
+            raise InvalidArgument(f"seq_len[{r}]: {int(seq[r])} + {w} window tokens needs "
+                                  f"{int(seq[r]) + w} positions, past the row width {width}",
+                                  field=f"seq_len[{r}]")
+    lens = seq.astype(np.int64) + w  # L of the real rows
+    need = -(-lens // ps)  # pages per real row
+    cols, prefix_used = max([1] + need.tolist()), int(seq.sum())
+    full_used = int(lens.sum()) + (b - bs)
+    caps = []
+    for field, v, default, lo in (("page_table_capacity", page_table_capacity, cols, 1),
+                                  ("triton_kv_capacity", triton_kv_capacity, prefix_used, 0),
+                                  ("flashinfer_kv_capacity", flashinfer_kv_capacity, full_used, 0)):
+        caps.append(default if v is None else _extend_int(field, v, lo, (1 << 31) - 1, "int32"))
+    cap, pre_kept, full_kept = caps[0], min(prefix_used, caps[1]), min(full_used, caps[2])
+    if b * cap > 1 << 24:
+        raise InvalidArgument(f"page_table_capacity: {cap} columns x bucket {b} exceeds the "
+                              f"limit of {1 << 24} table cells", field="page_table_capacity")
+
+    def pad(a: Any, fill: int) -> Any:
+        return np.concatenate([a.astype(np.int32), np.full(b - bs, fill, np.int32)])
+
+    sizes = {"page_table": (b, cap), "prefix_kv_indices": (max(pre_kept, 1),),
+             "full_kv_indices": (max(full_kept, 1),), "max_seqlen_k": (1,)}
+    made = {n: np.zeros(sizes.get(n, (b * w,) if n in ("position", "out_cache_loc") else
+                                  (b + 1,) if n.startswith("cu_") or n.endswith("indptr") else (b,)),
+                        dtype=np.int32)
+            for x in LAYOUTS for n in FIELDS[x]}
+    sets = [[made[n] for n in FIELDS[x]] for x in LAYOUTS]
+    guard = np.zeros(GUARD_SHAPE, dtype=np.int32)
+    # A capacity past what the round uses binds nothing: the buffers hold what is kept.
+    _ffi.extend_metadata(table.astype(np.int32), pad(pool, 0), pad(seq, 0), pad(acc, w), None, w,
+                         ps, int(seq.max()) if bs else 0, bs, _check.INT64_MAX, cap, pre_kept,
+                         full_kept, *sets, guard, None)
+    # A guard word holds the first violation and a total; the page table's (one per short row)
+    # and the accept lengths' (one per row) are derived from the checked inputs, as the CLI does.
+    words = {v.kernel: v for v in extend_violations(guard)}
+    found: List[Dict[str, Any]] = []
+    if "extend_metadata" in words:
+        found.append(_as_dict(words["extend_metadata"]))
+    for r in range(bs):
+        if need[r] > cap:
+            page = int(table[pool[r], cap * ps]) // ps
+            found.append({"kind": "capacity", "kernel": "extend_page_table", "row": r,
+                          "column": cap, "capacity": cap, "value": page,
+                          "count": int(need[r]) - cap})
+    for k in ("extend_triton_kv_indices", "extend_flashinfer_kv_indices"):
+        if k in words:
+            found.append(_as_dict(words[k]))
+    found += [{"kind": "accept_len", "kernel": "extend_select_index", "row": r, "value": 0}
+              for r in range(bs) if acc[r] == 0]
+    out = ExtendOutputs(*(_TYPES[x](*s) for x, s in zip(LAYOUTS, sets)), guard=guard)
+    t, f, p, u = out.tokens, out.fa3, out.prefix, out.full
+    return {
+        "tokens": {"position": t.position.tolist(), "out_cache_loc": t.out_cache_loc.tolist(),
+                   "select_index": t.select_index.tolist()},
+        "fa3": {"cache_seqlen": f.cache_seqlen.tolist(), "cu_seqlens_q": f.cu_seqlens_q.tolist(),
+                "cu_seqlens_k": f.cu_seqlens_k.tolist(), "page_table": f.page_table.tolist(),
+                "max_seqlen_q": w, "max_seqlen_k": int(f.max_seqlen_k[0])},
+        "triton": {"qo_indptr": p.prefix_qo_indptr.tolist(),
+                   "kv_indptr": p.prefix_kv_indptr.tolist(),
+                   "kv_indices": p.prefix_kv_indices[:pre_kept].tolist(), "max_extend_len": w},
+        "flashinfer": {"qo_indptr": u.full_qo_indptr.tolist(),
+                       "kv_indptr": u.full_kv_indptr.tolist(),
+                       "kv_indices": u.full_kv_indices[:full_kept].tolist(),
+                       "kv_last_page_len": u.full_kv_last_page_len.tolist()},
+        "violations": found,
+    }
+
+
+def _as_dict(v: Violation) -> Dict[str, Any]:
+    return {"kind": v.kind, "kernel": v.kernel, "row": v.row, "column": v.column,
+            "capacity": v.capacity, "value": v.value, "count": v.violations}
