@@ -1,9 +1,10 @@
 // The toy draft model's extend attention (tools/sim/sim_extend_kernels.hpp) through both layouts
 // the draft-extend metadata writes, FA3 (C1: page table + cache_seqlen) and the CSR full layout
-// (C2f: kv_indptr + kv_indices), against the float64 reference by position
-// (tools/sim/sim_extend_reference.hpp). The tables here are built by the test from the spec
-// (draft-extend.md sections 2, 3 and 5) over a fragmented pool of random pages; the reference
-// never sees them. Padded rows (L = 1 on page 0) give slot 0's value exactly.
+// (C2f: kv_indptr + kv_indices), and the prefix layout's two passes (C2p: the prefix's
+// kv_indices, the window from the forward's own K/V, merged by log-sum-exp), against the float64
+// reference by position (tools/sim/sim_extend_reference.hpp). The tables here are built by the test
+// from the spec (draft-extend.md sections 2, 3 and 5) over a fragmented pool of random pages; the
+// reference never sees them. Padded rows (L = 1 on page 0) give slot 0's value exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,6 +59,23 @@ TEST(SimExtendAttention, BothLayoutsMatchTheReferenceByPosition) {
     }
     std::vector<float> q(static_cast<std::size_t>(B) * W * hd);
     for (float& x : q) x = u(rng);
+    // C2p: the prefix's slots only (padded rows none), the window's K/V as the forward's tensors
+    // (copied from the pool at the window's slots: what the forward wrote there).
+    std::vector<std::int32_t> pre_indptr(B + 1, 0), pre_indices;
+    std::vector<float> win_k(q.size(), 0.0f), win_v(q.size(), 0.0f);
+    for (std::int32_t r = 0; r < B; ++r) {
+      for (std::int32_t i = 0; i < (r < bs ? seq[r] : 0); ++i) {
+        pre_indices.push_back(pages[r][i / ps] * ps + i % ps);
+      }
+      pre_indptr[r + 1] = static_cast<std::int32_t>(pre_indices.size());
+      for (std::int32_t j = 0; r < bs && j < W; ++j) {
+        const std::int32_t i = seq[r] + j;
+        const std::size_t s = static_cast<std::size_t>(pages[r][i / ps] * ps + i % ps) * hd;
+        const std::size_t t = (static_cast<std::size_t>(r) * W + j) * hd;
+        std::copy(k_pool.begin() + s, k_pool.begin() + s + hd, win_k.begin() + t);
+        std::copy(v_pool.begin() + s, v_pool.begin() + s + hd, win_v.begin() + t);
+      }
+    }
     extend_attention_kernel::params p{q.data(),      W,       heads, dim, 0.35f,    k_pool.data(),
                                       v_pool.data(), nullptr, 0,     ps,  L.data(), nullptr,
                                       nullptr,       nullptr};
@@ -72,6 +90,30 @@ TEST(SimExtendAttention, BothLayoutsMatchTheReferenceByPosition) {
     p.kv_indices = indices.data();
     p.o = csr.data();
     for (std::int64_t i = 0; i < cells; ++i) extend_attention_kernel::run_row(p, i);
+    std::vector<float> o1(q.size()), o2(q.size()), prefix(q.size(), NAN);
+    std::vector<float> l1(static_cast<std::size_t>(cells)), l2(l1.size()), lo(l1.size());
+    extend_two_pass_kernel::params tp{q.data(),
+                                      W,
+                                      heads,
+                                      dim,
+                                      0.35f,
+                                      true,
+                                      k_pool.data(),
+                                      v_pool.data(),
+                                      pre_indptr.data(),
+                                      pre_indices.data(),
+                                      o1.data(),
+                                      l1.data()};
+    for (std::int64_t i = 0; i < cells; ++i) extend_two_pass_kernel::run_row(tp, i);
+    tp.prefix = false;
+    tp.k = win_k.data();
+    tp.v = win_v.data();
+    tp.o = o2.data();
+    tp.lse = l2.data();
+    for (std::int64_t i = 0; i < cells; ++i) extend_two_pass_kernel::run_row(tp, i);
+    lse_merge_kernel::params mg{o1.data(),     l1.data(), o2.data(), l2.data(), heads, dim,
+                                prefix.data(), lo.data(), nullptr,   0,         0};
+    for (std::int64_t i = 0; i < cells; ++i) lse_merge_kernel::run_row(mg, i);
     for (std::int32_t r = 0; r < B; ++r) {
       const std::size_t base = static_cast<std::size_t>(r) * W * hd;
       if (r >= bs) {  // padded: one key, page 0's slot 0
@@ -95,7 +137,7 @@ TEST(SimExtendAttention, BothLayoutsMatchTheReferenceByPosition) {
       std::vector<double> ref;
       extend_reference(in, ref);
       for (std::int32_t c = 0; c < W * hd; ++c) {
-        for (const float got : {fa3[base + c], csr[base + c]}) {
+        for (const float got : {fa3[base + c], csr[base + c], prefix[base + c]}) {
           const double err = std::abs(static_cast<double>(got) - ref[c]);
           worst = std::max(worst, err);
           ASSERT_LE(err, 1e-5) << "trial " << trial << " request " << r << " cell " << c;

@@ -82,9 +82,66 @@ struct extend_attention_kernel {
   }
 };
 
+// The CSR prefix layout (C2p) runs two passes merged by log-sum-exp (lse_merge_kernel), one
+// logical thread per (window token row, head) each:
+//   * prefix: token row t = r * W + j attends the committed prefix's slots
+//     kv_indices[kv_indptr[r] .. kv_indptr[r + 1]) (every j alike), writing o and lse (an empty
+//     prefix: o = 0, lse = -inf, so the merge takes the window alone);
+//   * window: it attends the window's own tokens 0 .. j of request r from the forward's k / v
+//     tensors ([rows][heads][head_dim], never the pool), causal within the window.
+struct extend_two_pass_kernel {
+  struct params {
+    const float* q;  // [rows][heads][head_dim], rows = batch * window
+    std::int32_t window;
+    std::int32_t heads;
+    std::int32_t head_dim;
+    float scale;
+    bool prefix;     // true: the prefix pass over the pool; false: the window pass over k / v
+    const float* k;  // prefix: the pool [slots][hd]; window: the forward's [rows][hd]
+    const float* v;
+    const std::int32_t* kv_indptr;  // prefix pass: C2p's prefix_kv_indptr [batch + 1]
+    const std::int32_t* kv_indices;
+    float* o;    // [rows][heads][head_dim]
+    float* lse;  // [rows][heads]
+  };
+  static constexpr const char* name = "extend_two_pass";
+
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t index) {
+    const std::int64_t row = index / p.heads;
+    const std::int32_t h = static_cast<std::int32_t>(index % p.heads);
+    const std::int64_t r = row / p.window;
+    const std::int64_t j = row % p.window;
+    const std::int64_t begin = p.prefix ? p.kv_indptr[r] : 0;
+    const std::int64_t end = p.prefix ? p.kv_indptr[r + 1] : j + 1;
+    const std::int32_t hd = p.heads * p.head_dim;
+    const float* q = p.q + row * hd + h * p.head_dim;
+    float acc[max_head_dim];
+    for (std::int32_t d = 0; d < p.head_dim; ++d) acc[d] = 0.0f;
+    float m = -INFINITY;
+    float l = 0.0f;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const std::int64_t at = p.prefix ? p.kv_indices[i] : r * p.window + i;
+      const float* k = p.k + at * hd + h * p.head_dim;
+      const float* v = p.v + at * hd + h * p.head_dim;
+      float s = 0.0f;
+      for (std::int32_t d = 0; d < p.head_dim; ++d) s += q[d] * k[d];
+      s *= p.scale;
+      const float m_new = s > m ? s : m;
+      const float correction = expf(m - m_new);
+      const float w = expf(s - m_new);
+      l = l * correction + w;
+      for (std::int32_t d = 0; d < p.head_dim; ++d) acc[d] = acc[d] * correction + w * v[d];
+      m = m_new;
+    }
+    float* o = p.o + (row * p.heads + h) * p.head_dim;
+    for (std::int32_t d = 0; d < p.head_dim; ++d) o[d] = end > begin ? acc[d] / l : 0.0f;
+    p.lse[row * p.heads + h] = end > begin ? m + logf(l) : -INFINITY;
+  }
+};
+
 // Its CUDA launcher (sim_kernels.cu; null in host-only builds), for the engine's extend round.
 struct sim_extend_cuda_launchers {
-  cuda_rows_fn attention;
+  cuda_rows_fn attention, two_pass;
 };
 sim_extend_cuda_launchers sim_extend_cuda();
 

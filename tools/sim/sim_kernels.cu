@@ -14,6 +14,6 @@ sim_verify_cuda_launchers sim_verify_cuda() {
           &cuda_rows<verify_commit_kernel>};
 }
 sim_extend_cuda_launchers sim_extend_cuda() {
-  return {&cuda_rows<extend_attention_kernel>};
+  return {&cuda_rows<extend_attention_kernel>, &cuda_rows<extend_two_pass_kernel>};
 }
 }  // namespace specgraph::sim

@@ -10,6 +10,6 @@ sim_verify_cuda_launchers sim_verify_cuda() {
   return {nullptr, nullptr, nullptr};
 }
 sim_extend_cuda_launchers sim_extend_cuda() {
-  return {nullptr};
+  return {nullptr, nullptr};
 }
 }  // namespace specgraph::sim
