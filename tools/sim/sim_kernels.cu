@@ -1,4 +1,5 @@
 #include "specgraph/row_kernel_cuda.cuh"
+#include "tools/sim/sim_extend_kernels.hpp"
 #include "tools/sim/sim_kernels.hpp"
 #include "tools/sim/sim_verify_kernels.hpp"
 
@@ -11,5 +12,8 @@ sim_cuda_launchers sim_cuda() {
 sim_verify_cuda_launchers sim_verify_cuda() {
   return {&cuda_rows<verify_kv_write_kernel>, &cuda_rows<masked_prefill_kernel>,
           &cuda_rows<verify_commit_kernel>};
+}
+sim_extend_cuda_launchers sim_extend_cuda() {
+  return {&cuda_rows<extend_attention_kernel>, &cuda_rows<extend_two_pass_kernel>};
 }
 }  // namespace specgraph::sim

@@ -1,3 +1,4 @@
+#include "tools/sim/sim_extend_kernels.hpp"
 #include "tools/sim/sim_kernels.hpp"
 #include "tools/sim/sim_verify_kernels.hpp"
 
@@ -7,5 +8,8 @@ sim_cuda_launchers sim_cuda() {
 }
 sim_verify_cuda_launchers sim_verify_cuda() {
   return {nullptr, nullptr, nullptr};
+}
+sim_extend_cuda_launchers sim_extend_cuda() {
+  return {nullptr, nullptr};
 }
 }  // namespace specgraph::sim
