@@ -1,5 +1,5 @@
 """An independent reference for the draft-extend metadata, written from the spec
-(../shared/spec/draft-extend.md sections 2 to 5 and 7, docs/extend-cli.md), never calling the
+(../shared/spec/draft-extend.md sections 2 to 5 and 7), never calling the
 library: the CLI's JSON object for one round, violations included, in plain Python over lists.
 The tests compare `specgraph metadata extend`, `specgraph.metadata.extend` and
 `specgraph.extend_metadata_` with it."""
