@@ -23,27 +23,6 @@ namespace {
 // The cells one `metadata extend` may print: a crash dump's few requests, not an engine's arena.
 constexpr std::int64_t max_output_cells = std::int64_t{1} << 24;
 
-std::vector<std::int32_t> int32_items(const json& doc, const std::string& field) {
-  const std::vector<json>& items = as_array(required(doc, field), field);
-  std::vector<std::int32_t> out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    out.push_back(as_int32(items[i], field + "[" + std::to_string(i) + "]"));
-  }
-  return out;
-}
-
-std::int32_t optional_int(const json& doc, const std::string& field, std::int64_t fallback,
-                          std::int32_t minimum) {
-  const json* v = member(doc, field);
-  if (v == nullptr) return static_cast<std::int32_t>(fallback);
-  const std::int32_t c = as_int32(*v, field);
-  if (c < minimum) {
-    throw json_error(field + ": " + std::to_string(c) + " is below the minimum " +
-                     std::to_string(minimum));
-  }
-  return c;
-}
-
 void in_range(const std::string& field, std::int64_t v, std::int64_t lo, std::int64_t hi,
               const std::string& hi_name) {
   if (v < lo) {
@@ -94,7 +73,7 @@ int metadata_extend(std::istream& in, std::ostream& out, std::ostream& err) {
                          " is outside [0, num_draft_tokens " + std::to_string(w) + "]");
       }
     }
-    const std::int32_t bucket = optional_int(doc, "bucket", bs, 0);
+    const std::int32_t bucket = optional_at_least(doc, "bucket", bs, 0);
     if (bucket < bs) {
       throw json_error("bucket: " + std::to_string(bucket) + " is below the " + std::to_string(bs) +
                        " requests (padded rows are appended, never dropped)");
@@ -153,15 +132,15 @@ int metadata_extend(std::istream& in, std::ostream& out, std::ostream& err) {
       full_used += len;
       columns = std::max(columns, ceil_div(len, ps));
     }
-    const std::int32_t cap = optional_int(doc, "page_table_capacity", columns, 1);
+    const std::int32_t cap = optional_at_least(doc, "page_table_capacity", columns, 1);
     if (b * cap > max_output_cells) {
       throw json_error("page_table_capacity: " + std::to_string(cap) + " columns x bucket " +
                        std::to_string(b) + " exceeds the limit of " +
                        std::to_string(max_output_cells) + " table cells");
     }
     // Each used count is below the input's cells (+ the bucket), so it fits int32.
-    const std::int32_t prefix_cap = optional_int(doc, "triton_kv_capacity", prefix_used, 0);
-    const std::int32_t full_cap = optional_int(doc, "flashinfer_kv_capacity", full_used, 0);
+    const std::int32_t prefix_cap = optional_at_least(doc, "triton_kv_capacity", prefix_used, 0);
+    const std::int32_t full_cap = optional_at_least(doc, "flashinfer_kv_capacity", full_used, 0);
     const auto prefix_kept =
         static_cast<std::size_t>(std::min<std::int64_t>(prefix_used, prefix_cap));
     const auto full_kept = static_cast<std::size_t>(std::min<std::int64_t>(full_used, full_cap));

@@ -8,6 +8,7 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "specgraph/error.hpp"
 #include "specgraph/guard.hpp"
@@ -29,6 +30,30 @@ inline const json& required(const json& object, const std::string& key) {
   const json* v = member(object, key);
   if (v == nullptr) throw json_error(key + ": missing");
   return *v;
+}
+
+// The integer array `field` of `doc`, each element as int32 (named "field[i]" when it does not
+// fit).
+inline std::vector<std::int32_t> int32_items(const json& doc, const std::string& field) {
+  const std::vector<json>& items = as_array(required(doc, field), field);
+  std::vector<std::int32_t> out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out.push_back(as_int32(items[i], field + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
+
+// An optional int32 at least `minimum` (fallback when absent; the fallback is not checked).
+inline std::int32_t optional_at_least(const json& doc, const std::string& field,
+                                      std::int64_t fallback, std::int32_t minimum) {
+  const json* v = member(doc, field);
+  if (v == nullptr) return static_cast<std::int32_t>(fallback);
+  const std::int32_t c = as_int32(*v, field);
+  if (c < minimum) {
+    throw json_error(field + ": " + std::to_string(c) + " is below the minimum " +
+                     std::to_string(minimum));
+  }
+  return c;
 }
 
 inline json read_object(std::istream& in) {

@@ -21,24 +21,6 @@ namespace {
 // The cells one `metadata verify` may walk or print: a crash dump's few requests.
 constexpr std::int64_t max_output_cells = std::int64_t{1} << 24;
 
-std::vector<std::int32_t> int32_items(const json& doc, const std::string& field) {
-  const std::vector<json>& items = as_array(required(doc, field), field);
-  std::vector<std::int32_t> out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    out.push_back(as_int32(items[i], field + "[" + std::to_string(i) + "]"));
-  }
-  return out;
-}
-
-// An optional capacity in [0, INT32_MAX] (the JSON reader bounds it to int32 first).
-std::int32_t optional_capacity(const json& doc, const std::string& field, std::int64_t fallback) {
-  const json* v = member(doc, field);
-  if (v == nullptr) return static_cast<std::int32_t>(fallback);
-  const std::int32_t c = as_int32(*v, field);
-  if (c < 0) throw json_error(field + ": " + std::to_string(c) + " is below the minimum 0");
-  return c;
-}
-
 void write_row(std::ostream& out, const std::vector<std::int32_t>& cells, std::size_t row,
                std::size_t width) {
   write_list(out, cells.data() + row * width, width);
@@ -125,7 +107,7 @@ int metadata_verify(std::istream& in, std::ostream& out, std::ostream& err) {
                        " mask cells exceeds the limit of " + std::to_string(max_output_cells));
     }
     const std::int64_t pages = verify_prefix_columns(p.max_seq_len, std::max(p.page_size, 1));
-    p.prefix_capacity = optional_capacity(doc, "prefix_capacity", pages);
+    p.prefix_capacity = optional_at_least(doc, "prefix_capacity", pages, 0);
     if (static_cast<std::int64_t>(bs) * p.prefix_capacity > max_output_cells) {
       throw json_error("prefix_capacity: " + std::to_string(p.prefix_capacity) + " columns x " +
                        std::to_string(bs) + " requests exceeds the limit of " +
@@ -136,8 +118,8 @@ int metadata_verify(std::istream& in, std::ostream& out, std::ostream& err) {
       kv_used += static_cast<std::int64_t>(s) + d;
       bytes_used += (static_cast<std::int64_t>(d) * (static_cast<std::int64_t>(s) + d) + 7) / 8;
     }
-    p.kv_indices_capacity = optional_capacity(doc, "kv_indices_capacity", kv_used);
-    p.packed_mask_capacity = optional_capacity(doc, "packed_mask_capacity", bytes_used);
+    p.kv_indices_capacity = optional_at_least(doc, "kv_indices_capacity", kv_used, 0);
+    p.packed_mask_capacity = optional_at_least(doc, "packed_mask_capacity", bytes_used, 0);
     const auto kv_stored =
         static_cast<std::size_t>(std::min<std::int64_t>(kv_used, p.kv_indices_capacity));
     const auto bytes_stored =
