@@ -158,3 +158,15 @@ def test_op_into_torch_tensors_matches_numpy():
                                torch.from_numpy(seq), torch.from_numpy(acc), extend_tokens=3,
                                page_size=1, max_seq_len=m, real_batch=bs)
     _check_outputs(out, case, bs, m)
+
+
+def test_torch_op_passes_opcheck():
+    torch = need_torch()
+    from specgraph import _torch_ops  # noqa: F401  (registers the schemas)
+
+    table, pool, seq, acc, bs, m = _inputs(dict(X1))
+    out = specgraph.extend_outputs(3, m, 3, 1, device="cpu")
+    sets = [list(getattr(out, x)) for x in ("tokens", "fa3", "prefix", "full")]
+    args = (torch.from_numpy(table), torch.from_numpy(pool), torch.from_numpy(seq),
+            torch.from_numpy(acc), None, 3, 1, m, bs, (1 << 62), -1, -1, -1, *sets, out.guard, [])
+    torch.library.opcheck(torch.ops.specgraph.extend_metadata_.default, args)
