@@ -230,7 +230,8 @@ void run(reader& in) {
   }
   c.refused.assign(b, 0);
   auto slot_bad = [&](std::int64_t s) { return s < 0 || s >= slot_limit; };
-  for (std::int32_t r = 0; r < real; ++r) {
+  // Bounded by the bucket: a real_batch outside [0, batch] is refused by validate() anyway.
+  for (std::int32_t r = 0; r < std::clamp(real, 0, c.bucket); ++r) {
     const std::int32_t row = c.req_pool_index[r], s = c.seq_len[r], a = c.accept_len[r];
     const std::size_t before = bad.size();
     if (row < 0 || row >= c.pool_rows) {
