@@ -106,8 +106,9 @@ void run(reader& in) {
   const std::int64_t pages = shaped ? (M + W + ps - 1) / ps : 0;
   const std::int64_t page_capacity = capacity_near(in, pages);
   const std::uint8_t stride_mode = in.byte();
-  const std::int64_t page_stride =
-      stride_mode < 0xf0 ? page_capacity + stride_mode % 3 : in.value(0, 16, std::int64_t{1} << 40);
+  const std::int64_t page_stride = stride_mode < 0xf0 && page_capacity <= int32_max
+                                       ? page_capacity + stride_mode % 3
+                                       : in.value(0, 16, std::int64_t{1} << 40);
   c.prefix_capacity = capacity_near(in, shaped ? B * M : 0);
   c.full_capacity = capacity_near(in, shaped ? B * (M + W) : 0);
   c.page_capacity =
