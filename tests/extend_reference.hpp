@@ -21,6 +21,9 @@ struct extend_case {
   std::int64_t width = 1;  // req_to_token row width
   std::vector<std::int32_t> req_to_token;
   std::vector<std::int32_t> seq_len, accept_len, req_pool_index;  // [B]: rows past real: junk
+  // Optional [B]: real requests refused as bad input (a fuzz harness's own check), written as
+  // padded rows; empty: none. Their inputs are not read.
+  std::vector<std::uint8_t> refused;
   std::int32_t page_capacity = 0;
   std::int64_t prefix_capacity = 0, full_capacity = 0;
 };
@@ -59,7 +62,8 @@ inline extend_expect extend_reference(const extend_case& c) {
   };
   std::int64_t keys = 0, prefix = 0;
   for (std::int32_t r = 0; r < c.bucket; ++r) {
-    const bool real = r < c.real_batch;
+    const bool real =
+        r < c.real_batch && !(static_cast<std::size_t>(r) < c.refused.size() && c.refused[r] != 0);
     const std::int64_t row = real ? c.req_pool_index[r] : 0;
     const std::int64_t seq = real ? c.seq_len[r] : 0;
     const std::int64_t L = real ? seq + W : 1;

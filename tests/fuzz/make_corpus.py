@@ -382,9 +382,63 @@ def verify_seeds():
                       length_mode=17))
 
 
+# ---- extend_fuzz: select (path | device word << 2 | layouts << 3), drop byte (>= 0xf0: field
+# drop % 15 null), page_size, W, batch, real_batch, pool_rows, width, max_seq_len, slot-limit flag
+# (1: then the limit), page-capacity mode (% 4: exact, -1, +1, small u16; >= 0xf0: a value),
+# stride byte (< 0xf0: capacity + byte % 3), prefix and full capacity modes, then (seq_len,
+# accept_len, req_pool_index) per request, the table generator's u16, a bad-entry byte (< 0xc0:
+# none) and, with the device word, its value.
+def extend_seed(path, ps, w, real, pool_rows, width, max_seq, requests, layouts=15, word=None,
+                caps=(0, 0, 0), slot_limit=None, bad_entry=None, drop=0):
+    e = enc().byte(path | (4 if word is not None else 0) | (layouts << 3)).byte(drop)
+    e.value(ps, 1).value(w, 1).value(len(requests), 0).value(real, 0).value(pool_rows, 1)
+    e.value(width, 1).value(max_seq, 0)
+    if slot_limit is None:
+        e.byte(0)
+    else:
+        e.byte(1).value(slot_limit, 1)
+    e.byte(caps[0]).byte(0).byte(caps[1]).byte(caps[2])
+    for seq, accept, pool in requests:  # out of range: raw; accept_len 0: the lo - 1 edge
+        e.raw(seq) if seq > max_seq else e.value(seq, 0)
+        e.edge(0) if accept == 0 else e.value(accept, 1)
+        e.value(pool, 0)
+    e.u16(4321)
+    if bad_entry is None:
+        e.byte(0)
+    else:
+        e.byte(0xC0).u16(bad_entry).raw(-1)
+    if word is not None:
+        e.value(word, 0)
+    return e.b
+
+
+def extend_seeds():
+    for path in range(4):  # X1's shape: ps 1, W 4, two requests, exact capacities
+        write("extend_fuzz", f"x1-path{path}",
+              extend_seed(path, 1, 4, 2, 3, 16, 8, [(5, 3, 1), (7, 4, 2)]))
+    write("extend_fuzz", "ps4-padded", extend_seed(0, 4, 3, 1, 2, 12, 6, [(6, 2, 1), (2, 1, 0)]))
+    write("extend_fuzz", "short-capacities",  # every capacity one short: guards 1-3 record
+          extend_seed(1, 16, 6, 2, 3, 40, 30, [(30, 6, 1), (17, 1, 2)], caps=(1, 1, 1)))
+    write("extend_fuzz", "accept-zero", extend_seed(2, 1, 5, 2, 2, 20, 10, [(3, 0, 1), (10, 5, 0)]))
+    write("extend_fuzz", "bad-slot", extend_seed(0, 2, 4, 3, 4, 24, 12,
+                                                 [(12, 2, 1), (4, 4, 2), (9, 1, 3)], bad_entry=30))
+    write("extend_fuzz", "bad-seq-len", extend_seed(1, 1, 2, 2, 2, 8, 4, [(5, 1, 1), (2, 2, 1)]))
+    write("extend_fuzz", "device-word", extend_seed(2, 8, 4, 3, 3, 20, 16,
+                                                    [(9, 2, 1), (16, 4, 2), (1, 1, 0)], word=2))
+    write("extend_fuzz", "host-bad-slot", extend_seed(3, 1, 3, 2, 2, 10, 7, [(7, 3, 1), (2, 1, 1)],
+                                                      slot_limit=100))
+    for layouts in (1, 2, 4, 8):
+        write("extend_fuzz", f"layout-{layouts}",
+              extend_seed(layouts % 4, 2, 3, 2, 3, 14, 9, [(9, 3, 1), (4, 2, 2)], layouts=layouts))
+    write("extend_fuzz", "partial-layout",  # page_table dropped: refused by name
+          extend_seed(0, 1, 2, 1, 2, 8, 4, [(3, 1, 1)], drop=0xF3))
+    write("extend_fuzz", "empty-bucket", extend_seed(0, 1, 4, 0, 1, 8, 4, []))
+
+
 if __name__ == "__main__":
     plan_seeds()
     kernels_seeds()
     runtime_seeds()
     kv_indices_seeds()
     verify_seeds()
+    extend_seeds()
