@@ -42,6 +42,38 @@ draft_buffers::draft_buffers(const specgraph::plan& p, void* base)
                         "-byte aligned (offset " + std::to_string(address % arena_alignment) + ")");
 }
 
+extend_view draft_buffers::extend(std::int32_t bucket) const {
+  const plan_layout::extend_section& l = layout().extend;
+  SPECGRAPH_EXPECTS(l.enabled(), "draft_extend",
+                    "false: this plan has no draft-extend section (set draft_config::draft_extend "
+                    "with verify_tokens = W)");
+  if (bucket == 0) bucket = plan_->max_bucket();
+  SPECGRAPH_EXPECTS(plan_->has_bucket(bucket), "bucket",
+                    std::to_string(bucket) + " is not one of the planned buckets");
+  const draft_config& c = plan_->config;
+  extend_view v;
+  // The bucket's exact capacities and the plan's stride; the pointers of the plan's layouts.
+  const extend_tables exact =
+      extend_exact_tables(bucket, c.max_context_len, c.page_size, l.extend_tokens);
+  for (int i = 0; i < extend_field_count; ++i) {
+    if (l.field[i] != 0) set_extend_field(v, i, at<std::int32_t>(l.field[i]));
+  }
+  if (l.fa3) v.page_stride = v.page_capacity = l.page_capacity;
+  if (l.prefix) v.prefix_kv_capacity = exact.prefix_kv_capacity;
+  if (l.full) v.full_kv_capacity = exact.full_kv_capacity;
+  v.bucket = bucket;
+  v.extend_tokens = l.extend_tokens;
+  v.page_size = c.page_size;
+  v.max_seq_len = c.max_context_len;
+  v.real_batch = real_batch();
+  v.req_pool_index = req_pool_index();
+  v.seq_len = seq_len();
+  v.accept_len = at<std::int32_t>(l.accept_len);
+  v.scratch = at<std::int64_t>(l.scratch);
+  v.guard = guards() + l.guard_base;
+  return v;
+}
+
 verify_view draft_buffers::verify(std::int32_t bucket) const {
   const plan_layout::verify_section& l = layout().verify;
   SPECGRAPH_EXPECTS(l.enabled(), "verify_tokens",

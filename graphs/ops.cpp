@@ -353,6 +353,13 @@ guard_site guard_site_of(const plan& p, std::int32_t index) {
                                              "verify.kv_indices", "verify.packed_mask"};
     return {sites[index - l.verify.guard_base], all_steps};
   }
+  if (l.extend.enabled() && index >= l.extend.guard_base &&
+      index < l.extend.guard_base + extend_guard_count) {
+    const char* sites[extend_guard_count] = {"extend (input)", "extend.page_table",
+                                             "extend.prefix_kv_indices", "extend.full_kv_indices",
+                                             "extend.accept_len"};
+    return {sites[index - l.extend.guard_base], all_steps};
+  }
   const char* kinds[sparse_stage_kinds] = {"intra", "succ", "inter"};
   const std::int32_t k = index - l.guard_sparse(0);
   if (k >= 0 && k < sparse_stage_kinds) return {std::string("sparse.") + kinds[k], all_steps};

@@ -7,6 +7,7 @@
 #include "device/checks.hpp"
 #include "graphs/plan_parts.hpp"
 #include "specgraph/error.hpp"
+#include "specgraph/extend_metadata.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/verify_metadata.hpp"
 
@@ -25,6 +26,7 @@ const char* sizing_field(const std::string& buffer) {
   if (buffer.rfind("sparse.", 0) == 0) return "sparse";
   if (buffer == "input.out_cache_loc") return "slot_stride";
   if (buffer.rfind("verify.", 0) == 0) return "verify_tokens";
+  if (buffer.rfind("extend.", 0) == 0) return "draft_extend";
   return "max_batch";
 }
 
@@ -153,6 +155,7 @@ void validate(const draft_config& c) {
     }
   }
   detail::validate_verify(c);
+  detail::validate_extend(c);
 }
 
 plan make_plan(const draft_config& config) {
@@ -289,6 +292,10 @@ plan make_plan(const draft_config& config) {
   if (c.verify_tokens > 0) {
     detail::add_verify_section(a, p, l.guard_count);
     l.guard_count += verify_guard_count;
+  }
+  if (c.draft_extend) {
+    detail::add_extend_section(a, p, l.guard_count);
+    l.guard_count += extend_guard_count;
   }
   l.guard_order = l.guard_count++;  // the last word: setup_round resets every word before it
   l.guards = a.add("guards", all_steps, {l.guard_count}, dtype::guard);

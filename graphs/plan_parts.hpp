@@ -1,5 +1,5 @@
 // Internal: the pieces of make_plan() shared by its implementation files (plan.cpp: the draft
-// buffers; plan_verify.cpp: the target-verify section).
+// buffers; plan_verify.cpp: the target-verify section; plan_extend.cpp: the draft-extend one).
 #pragma once
 
 #include <cstddef>
@@ -51,5 +51,9 @@ class arena_builder {
 // appended to the arena (guard words from guard_base on; config validated, buckets filled in).
 void validate_verify(const draft_config& c);
 void add_verify_section(arena_builder& a, plan& p, std::int32_t guard_base);
+// plan_extend.cpp: the draft_extend checks of validate(draft_config) (after validate_verify),
+// and the draft-extend section appended to the arena (guard words from guard_base on).
+void validate_extend(const draft_config& c);
+void add_extend_section(arena_builder& a, plan& p, std::int32_t guard_base);
 
 }  // namespace specgraph::detail

@@ -70,6 +70,46 @@ std::string plan::verify_report_line() const {
   return s.str();
 }
 
+std::string plan::extend_report_line() const {
+  const plan_layout::extend_section& e = layout.extend;
+  if (!e.enabled()) return {};
+  std::ostringstream s;
+  std::size_t bytes = 0, count = 0;
+  for (const buffer_spec& b : buffers) {
+    if (b.name.rfind("extend.", 0) != 0) continue;
+    bytes += b.bytes;
+    ++count;
+  }
+  auto times = [&](std::size_t engine, std::int64_t ours) {
+    if (ours <= 0) return std::string();
+    std::ostringstream x;
+    x << " (" << std::fixed << std::setprecision(1)
+      << static_cast<double>(engine) / static_cast<double>(ours) << "x)";
+    return x.str();
+  };
+  s << "extend section (W = " << e.extend_tokens << ", bucket " << max_bucket() << ", M "
+    << config.max_context_len << "): " << bytes << " bytes in " << count << " buffers, "
+    << our_extend_bytes << " with their alignment";
+  if (e.fa3) {
+    const std::int64_t engine_cols = (config.max_context_len + config.page_size - 1) /
+                                     config.page_size;  // SGLang's ceil(M / ps)
+    s << "; fa3 page table " << max_bucket() << " x " << e.page_capacity << " (engine "
+      << config.max_batch << " x " << engine_cols << ", " << e.page_capacity - engine_cols
+      << (e.page_capacity - engine_cols == 1 ? " column" : " columns")
+      << " short at the context edge)";
+  }
+  if (e.full) {
+    s << "; prefix kv_indices " << e.prefix_kv_capacity << ", full kv_indices "
+      << e.full_kv_capacity << " (" << 4 * (e.prefix_kv_capacity + e.full_kv_capacity)
+      << " bytes); engine reservations: triton kv_indices " << engine_extend_triton_bytes
+      << " bytes" << times(engine_extend_triton_bytes, 4 * e.full_kv_capacity)
+      << ", flashinfer kv_indices and mask " << engine_extend_flashinfer_bytes << " bytes"
+      << times(engine_extend_flashinfer_bytes, 4 * e.full_kv_capacity);
+  }
+  s << '\n';
+  return s.str();
+}
+
 std::string plan::report_text() const {
   std::ostringstream s;
   s << std::left << std::setw(28) << "buffer" << std::setw(6) << "step" << std::setw(18) << "shape"
@@ -98,9 +138,9 @@ std::string plan::report_text() const {
     << device_steps_expand_bytes
     << " bytes device-steps (this plan: " << (config.device_steps ? "device-steps" : "per-step")
     << ")\n"
-    << csr_report_line() << verify_report_line() << "total: " << total_bytes << " bytes vs "
-    << today.total_bytes << " bytes today (" << std::fixed << std::setprecision(2) << ratio
-    << "x)\n";
+    << csr_report_line() << verify_report_line() << extend_report_line() << "total: " << total_bytes
+    << " bytes vs " << today.total_bytes << " bytes today (" << std::fixed << std::setprecision(2)
+    << ratio << "x)\n";
   return s.str();
 }
 
@@ -156,6 +196,19 @@ std::string plan::report_json() const {
       << ",\"engine_mask_bytes\":" << engine_verify_mask_bytes
       << ",\"engine_kv_indices_bytes\":" << engine_verify_kv_indices_bytes
       << ",\"guard_base\":" << v.guard_base << '}';
+  }
+  const plan_layout::extend_section& e = layout.extend;
+  if (e.enabled()) {
+    auto flag = [](bool x) { return x ? "true" : "false"; };
+    s << ",\"extend\":{\"extend_tokens\":" << e.extend_tokens << ",\"tokens\":" << flag(e.tokens)
+      << ",\"fa3\":" << flag(e.fa3) << ",\"prefix\":" << flag(e.prefix)
+      << ",\"full\":" << flag(e.full) << ",\"page_capacity\":" << e.page_capacity
+      << ",\"prefix_kv_capacity\":" << e.prefix_kv_capacity
+      << ",\"full_kv_capacity\":" << e.full_kv_capacity << ",\"bytes\":" << our_extend_bytes
+      << ",\"engine_fa3_bytes\":" << engine_extend_fa3_bytes
+      << ",\"engine_triton_bytes\":" << engine_extend_triton_bytes
+      << ",\"engine_flashinfer_bytes\":" << engine_extend_flashinfer_bytes
+      << ",\"guard_base\":" << e.guard_base << '}';
   }
   s << '}';
   return s.str();

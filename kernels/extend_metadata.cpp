@@ -27,9 +27,8 @@ constexpr std::int64_t int32_max = 0x7fffffff;
 // cuda_rows launches ceil(rows / 128) blocks: at most 2^31 - 1 of them.
 constexpr std::int64_t max_launch_cells = int32_max * 128;
 
-// The layouts' fields by index: [first, last) of extend_field_names.
-constexpr int layout_bounds[5] = {0, 3, 8, 11, 15};
-constexpr const char* layout_names[4] = {"tokens", "fa3", "prefix", "full"};
+constexpr const int* layout_bounds = extend_layout_bounds;
+constexpr const char* const* layout_names = extend_layout_names;
 
 }  // namespace
 

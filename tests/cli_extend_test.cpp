@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tools/metadata_command.hpp"
+#include "tools/plan_command.hpp"
 
 namespace specgraph::tools {
 namespace {
@@ -238,6 +239,41 @@ TEST(CliExtend, UsageNamesTheCommandAndItsFields) {
   std::ostringstream out3, err3;
   EXPECT_EQ(metadata_command({"extend"}, x4, out3, err3), 0) << err3.str();
   EXPECT_NE(out3.str().find("\"select_index\":[0,7]"), std::string::npos);
+}
+
+// `specgraph plan --extend`: the plan holds the draft-extend section (its buffers in the table,
+// its line and JSON object beside SGLang's reservations) at engine scale, bucket 256, W 8, 128k
+// context; without --verify-tokens the flag is refused naming itself.
+TEST(CliExtend, PlanHoldsTheDraftExtendSection) {
+  const std::vector<std::string> args = {"--extend", "--verify-tokens", "8",   "--max-context",
+                                         "131072",   "--format",        "both"};
+  std::ostringstream out, err;
+  ASSERT_EQ(plan_command(args, out, err), 0) << err.str();
+  EXPECT_NE(out.str().find("extend.page_table           all   [256x8193]        int32"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("fa3 page table 256 x 8193 (engine 256 x 8192, 1 column short at the "
+                           "context edge); prefix kv_indices 33554432, full kv_indices 33556480 "
+                           "(268443648 bytes); engine reservations: triton kv_indices 2147483648 "
+                           "bytes (16.0x), flashinfer kv_indices and mask 1342177280 bytes "
+                           "(10.0x)\n"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("extend (W = 8): tokens 17408 bytes"), std::string::npos) << out.str();
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  std::ostringstream json, err2;
+  ASSERT_EQ(plan_command(json_args, json, err2), 0) << err2.str();
+  EXPECT_NE(json.str().find("\"extend\":{\"extend_tokens\":8,\"tokens\":true,\"fa3\":true,"),
+            std::string::npos)
+      << json.str();
+  std::ostringstream out3, err3;
+  EXPECT_EQ(plan_command({"--extend"}, out3, err3), 2);
+  EXPECT_EQ(out3.str(), "");
+  EXPECT_NE(err3.str().find("--extend: true with verify_tokens 0: the draft-extend window is the "
+                            "verify tree's W tokens"),
+            std::string::npos)
+      << err3.str();
 }
 
 }  // namespace

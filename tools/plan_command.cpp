@@ -10,6 +10,7 @@
 #include <string>
 
 #include "specgraph/error.hpp"
+#include "specgraph/extend_metadata.hpp"
 #include "specgraph/plan.hpp"
 #include "specgraph/verify_metadata.hpp"
 #include "tools/cli_text.hpp"
@@ -30,6 +31,9 @@ constexpr const char* plan_usage =
     "  --csr-int64           CSR kv_indices as int64 (Triton) instead of int32 (FlashInfer)\n"
     "  --verify-tokens D     the plan's verify section for D-token trees, and the verify line\n"
     "                        against the engines' mask (docs/verify.md)\n"
+    "  --extend              the plan's draft-extend section over the verify window W = D\n"
+    "                        (needs --verify-tokens), and its line against the engines'\n"
+    "                        reservations (docs/extend-graphs.md)\n"
     "  --json [FILE]         the plan as JSON instead of a table: to stdout, or written to FILE\n"
     "                        (as run --json FILE; --json - or a following flag: stdout)\n"
     "defaults: --max-batch 256 --topk 8 --steps 5 --page-size 16 --max-context 4096\n";
@@ -64,7 +68,8 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
       {"num_steps", "--steps"},     {"slot_stride", "--slot-stride"},
       {"page_size", "--page-size"}, {"max_context_len", "--max-context"},
       {"pool_rows", "--pool-rows"}, {"kv_slots", "--kv-slots"},
-      {"buckets", "--buckets"},     {"verify_tokens", "--verify-tokens"}};
+      {"buckets", "--buckets"},     {"verify_tokens", "--verify-tokens"},
+      {"draft_extend", "--extend"}};
   try {
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::string& flag = args[i];
@@ -84,6 +89,10 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
       }
       if (flag == "--csr-int64") {
         c.csr_int64 = true;
+        continue;
+      }
+      if (flag == "--extend") {
+        c.draft_extend = true;
         continue;
       }
       if (i + 1 >= args.size()) throw invalid_argument(flag, flag + ": missing value");
@@ -150,6 +159,9 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
     out << (json ? p.report_json() + "\n" : p.report_text());
     if (verify_tokens && !json) {
       out << verify_capacity_report(c.max_batch, c.max_context_len, c.page_size, *verify_tokens);
+    }
+    if (c.draft_extend && !json) {
+      out << extend_capacity_report(c.max_batch, c.max_context_len, c.page_size, c.verify_tokens);
     }
     return 0;
   } catch (const invalid_argument& e) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "specgraph/config.hpp"
+#include "specgraph/extend_metadata.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/metadata.hpp"
 #include "specgraph/plan.hpp"
@@ -131,6 +132,32 @@ struct verify_view : verify_tables {
   guard_word* guard = nullptr;
 };
 
+// The draft-extend section of the arena (config.draft_extend; docs/extend-graphs.md): what the
+// draft model's extend forward reads for a bucket, every pointer into the arena. Its tables are
+// extend_tables (extend_metadata.hpp), the kernels' own type: the tokens layout always, FA3's
+// pointers null without FA3 in the plan's formats, the CSR prefix and full ones without CSR;
+// the capacities are the bucket's exact ones (extend_exact_tables), the page-table stride the
+// plan's ceil((M + W) / ps). Vectors hold the plan's largest bucket; a bucket's launch writes
+// its first rows only.
+struct extend_view : extend_tables {
+  executor* ex = nullptr;          // set by the driver that calls the forward (null otherwise)
+  device_stream stream = nullptr;  // that executor's stream (null on the host executor)
+  std::int32_t bucket = 0;         // requests (padded ones included)
+  std::int32_t extend_tokens = 0;  // W: query tokens per request
+  std::int32_t page_size = 0;      // of the FA3 page table
+  std::int32_t max_seq_len = 0;    // M = max_context_len
+  // The staged round (padded to the bucket): the verify round's requests, seq_len without the
+  // window, and the accepted lengths, [bucket] in [0, W] (staged, or written on the device by
+  // the engine's acceptance before the extend metadata runs).
+  const std::int32_t* real_batch = nullptr;      // [1]
+  const std::int32_t* req_pool_index = nullptr;  // [bucket]
+  const std::int32_t* seq_len = nullptr;         // [bucket]
+  std::int32_t* accept_len = nullptr;            // [bucket]
+  // extend_scratch_words(B) int64 words, and the section's extend_guard_count guard words.
+  std::int64_t* scratch = nullptr;
+  guard_word* guard = nullptr;
+};
+
 class draft_buffers {
  public:
   draft_buffers() = default;
@@ -195,6 +222,10 @@ class draft_buffers {
   // invalid_argument ("verify_tokens") when the plan has no verify section, or ("bucket") for an
   // unplanned bucket.
   verify_view verify(std::int32_t bucket = 0) const;
+  // The draft-extend section for `bucket` (0: the largest), with ex/stream null. Throws
+  // invalid_argument ("draft_extend") when the plan has no draft-extend section, or ("bucket")
+  // for an unplanned bucket.
+  extend_view extend(std::int32_t bucket = 0) const;
 
  private:
   const plan_layout& layout() const noexcept { return plan_->layout; }

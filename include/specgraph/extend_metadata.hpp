@@ -73,6 +73,12 @@ inline constexpr const char* extend_field_names[extend_field_count] = {
     "cache_seqlen",     "cu_seqlens_q",     "cu_seqlens_k",         "max_seqlen_k",
     "prefix_qo_indptr", "prefix_kv_indptr", "prefix_kv_indices",    "full_qo_indptr",
     "full_kv_indptr",   "full_kv_indices",  "full_kv_last_page_len"};
+// The four layouts, in extend_layouts order, and each one's fields [first, last) of
+// extend_field_names: layout k holds extend_layout_bounds[k] .. extend_layout_bounds[k + 1] - 1.
+inline constexpr int extend_layout_count = 4;
+inline constexpr const char* extend_layout_names[extend_layout_count] = {"tokens", "fa3", "prefix",
+                                                                         "full"};
+inline constexpr int extend_layout_bounds[extend_layout_count + 1] = {0, 3, 8, 11, 15};
 // Field i's buffer (null: not set); set_extend_field stores p there. Host and device.
 std::int32_t* extend_field(const extend_tables& t, int i) noexcept;
 void set_extend_field(extend_tables& t, int i, std::int32_t* p) noexcept;

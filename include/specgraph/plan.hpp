@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "specgraph/extend_metadata.hpp"
 #include "specgraph/limits.hpp"
 
 namespace specgraph {
@@ -86,6 +87,13 @@ struct draft_config {
   // cascade tables with FA3 (formats fa3 or both), FlashInfer's indptrs, kv_indices and packed
   // mask with CSR (csr or both), their scratch and three guard words (plan_layout::verify).
   std::int32_t verify_tokens = 0;
+  // With verify_tokens = W > 0: also the draft-extend section (docs/extend-graphs.md), the
+  // metadata of the draft model's extend forward over each request's verify window of W tokens
+  // for the largest bucket at seq_len <= max_context_len, exactly sized: the tokens layout
+  // always, FA3's tables (C1) with formats fa3 or both, the CSR prefix (C2p) and full (C2f)
+  // layouts with csr or both; the accepted lengths (an input), scratch and five guard words
+  // (plan_layout::extend). Refused without verify_tokens (the window is the verify tree).
+  bool draft_extend = false;
 };
 
 // The common speculative-decoding bucket list: 1..8, 10..32 step 2, 40..64 step 4, 72..256
@@ -208,6 +216,27 @@ struct plan_layout {
     bool fa3 = false, flashinfer = false;
     bool enabled() const { return draft_tokens > 0; }
   } verify;
+  // The draft-extend section (config.draft_extend; docs/extend-graphs.md): byte offsets of the
+  // draft-extend metadata of the largest bucket B at seq_len <= M with window W = verify_tokens,
+  // by extend_field_names index (extend_metadata.hpp; 0 for a layout the plan does not hold),
+  // each exactly the size a full bucket at seq_len = M fills (extend_exact_tables), and its
+  // input: accept_len int32[B], the accepted tokens of each request (staged, or written by the
+  // engine's acceptance on the device). Guard words guard_base .. guard_base +
+  // extend_guard_count - 1 (bad input, the page table, prefix and full kv_indices, accept
+  // lengths of 0).
+  struct extend_section {
+    std::int32_t extend_tokens = 0;  // W; 0: no section (everything below is 0)
+    bool tokens = false, fa3 = false, prefix = false, full = false;  // the layouts held
+    std::int32_t page_capacity = 0;  // ceil((M + W) / page_size), also the page-table stride
+    std::int64_t prefix_kv_capacity = 0, full_kv_capacity = 0;  // B * M, B * (M + W)
+    std::int64_t scratch_words = 0;                             // extend_scratch_words(B), int64
+    std::size_t field[extend_field_count] = {};                 // by extend_field_names index
+    std::size_t accept_len = 0;
+    std::size_t scratch = 0;
+    std::size_t begin = 0, end = 0;  // the section's bytes: [begin, end)
+    std::int32_t guard_base = 0;
+    bool enabled() const { return extend_tokens > 0; }
+  } extend;
   // Guard words: one per launch site (see the guard_* indices below).
   std::size_t guards = 0;
   std::int32_t guard_count = 0;
@@ -253,6 +282,14 @@ struct plan {
   std::size_t engine_verify_mask_bytes = 0;
   // SGLang's FlashInfer verify kv_indices: max_num_tokens (max_batch * D) x max_context_len int32.
   std::size_t engine_verify_kv_indices_bytes = 0;
+  // The draft-extend section's bytes (0 without it), and what SGLang 0.5.23 reserves for the
+  // same forward at max_batch and max_context_len: FA3's page table (int32, ceil(M / ps) wide),
+  // Triton's int64 kv_indices, FlashInfer's int32 kv_indices with its unread one-byte mask, the
+  // CSR ones max_batch * W * max_context_len entries each (extend_engine_reservations).
+  std::size_t our_extend_bytes = 0;
+  std::size_t engine_extend_fa3_bytes = 0;
+  std::size_t engine_extend_triton_bytes = 0;
+  std::size_t engine_extend_flashinfer_bytes = 0;
 
   std::int32_t max_bucket() const { return config.buckets.back(); }
   std::int32_t max_rows() const { return max_bucket() * config.topk; }
@@ -276,6 +313,9 @@ struct plan {
   // report_text's verify line (empty without a verify section): the section's buffers and bytes
   // against the engines' mask reservation.
   std::string verify_report_line() const;
+  // report_text's draft-extend line (empty without the section): its bytes per layout against
+  // the engines' reservations.
+  std::string extend_report_line() const;
 };
 
 // Validates and plans. Throws invalid_argument naming the field when the configuration is out of
