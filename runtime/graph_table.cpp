@@ -118,7 +118,9 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
   const std::int32_t step_graphs = c.device_steps ? 1 : c.num_steps - (c.round_graphs ? 1 : 0);
   const std::int32_t per_bucket = step_graphs + (c.round_graphs || c.device_depth ? 1 : 0);
   const bool verify = plan_->layout.verify.enabled() && static_cast<bool>(verify_forward_);
-  const int total = static_cast<int>(c.buckets.size()) * (per_bucket + (verify ? 1 : 0));
+  const bool extend = plan_->layout.extend.enabled() && static_cast<bool>(extend_forward_);
+  const int total =
+      static_cast<int>(c.buckets.size()) * (per_bucket + (verify ? 1 : 0) + (extend ? 1 : 0));
   for (std::size_t bi = c.buckets.size(); bi-- > 0;) {
     const std::int32_t bucket = c.buckets[bi];
     for (std::int32_t i = 0; i < per_bucket; ++i) {
@@ -134,6 +136,7 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
     }
   }
   if (verify) capture_verify_graphs(report, progress, total);
+  if (extend) capture_extend_graphs(report, progress, total);
   report.total_seconds = seconds_since(start);
   captured_ = true;
   return report;
@@ -239,6 +242,10 @@ void draft_runtime::write_dot(const std::string& directory) const {
     if (bi < verify_graphs_.size() && verify_graphs_[bi]->captured) {
       verify_graphs_[bi]->captured->write_dot(directory + "/bucket" +
                                               std::to_string(c.buckets[bi]) + "_verify.dot");
+    }
+    if (bi < extend_graphs_.size() && extend_graphs_[bi]->captured) {
+      extend_graphs_[bi]->captured->write_dot(directory + "/bucket" +
+                                              std::to_string(c.buckets[bi]) + "_extend.dot");
     }
   }
 }

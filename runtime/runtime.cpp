@@ -73,6 +73,10 @@ void draft_runtime::init(void* caller_arena) {
     verify_graphs_.resize(c.buckets.size());
     for (auto& g : verify_graphs_) g = std::make_unique<graph_slot>();
   }
+  if (plan_->layout.extend.enabled()) {
+    extend_graphs_.resize(c.buckets.size());
+    for (auto& g : extend_graphs_) g = std::make_unique<graph_slot>();
+  }
   forwards_.resize(static_cast<std::size_t>(c.num_steps));
   graphs_.resize(c.buckets.size() * static_cast<std::size_t>(c.num_steps + 1));
   for (auto& g : graphs_) g = std::make_unique<graph_slot>();
@@ -139,6 +143,7 @@ void draft_runtime::set_staged(std::int32_t batch, std::int32_t bucket) {
   batch_ = batch;
   next_step_ = 0;
   verify_bucket_ = 0;  // the staged requests changed: a verify round needs stage_verify again
+  extend_bucket_ = 0;  // and an extend round its verify round's accepted lengths
 }
 
 namespace {

@@ -156,6 +156,8 @@ void draft_runtime::stage_verify(const verify_round_inputs& in) {
   bucket_index_ = -1;
   const std::vector<std::int32_t>& buckets = c.buckets;
   verify_bucket_ = bucket;
+  verify_batch_ = in.batch;
+  extend_bucket_ = 0;  // a new verify round: its accepted lengths are not staged yet
   verify_bucket_index_ = static_cast<std::int32_t>(
       std::lower_bound(buckets.begin(), buckets.end(), bucket) - buckets.begin());
 }

@@ -33,6 +33,7 @@
 #include "specgraph/engine_inputs.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
+#include "specgraph/extend_ops.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/metadata.hpp"
 #include "specgraph/ops.hpp"
@@ -44,10 +45,13 @@ namespace specgraph {
 
 // graph_timing::step and capture_failed::step of a verify graph (one per bucket).
 inline constexpr std::int32_t verify_graph_step = -2;
+// graph_timing::step and capture_failed::step of a draft-extend graph (one per bucket).
+inline constexpr std::int32_t extend_graph_step = -3;
 
 struct graph_timing {
   std::int32_t bucket = 0;
-  std::int32_t step = 0;  // all_steps for a whole-round graph, verify_graph_step for verify
+  // all_steps for a whole-round graph, verify_graph_step / extend_graph_step for verify / extend
+  std::int32_t step = 0;
   std::size_t nodes = 0;
   double capture_seconds = 0;
   double instantiate_seconds = 0;  // instantiate or update
@@ -59,6 +63,7 @@ struct capture_report {
   std::int32_t instantiated = 0;
   std::int32_t updated = 0;
   std::int32_t verify_graphs = 0;  // of `graphs`: the verify graphs (one per bucket)
+  std::int32_t extend_graphs = 0;  // of `graphs`: the draft-extend graphs (one per bucket)
   double total_seconds = 0;
   std::vector<graph_timing> per_graph;  // in capture order (largest bucket first)
 };
@@ -141,7 +146,9 @@ class draft_runtime {
   // capture_failed naming (bucket, step) when the forward throws or does something capture
   // forbids, leaving the runtime usable. `progress(done, total)` is called after each graph.
   // With a verify section and a verify forward set, also one verify graph per bucket (largest
-  // first, after the draft graphs; capture_failed with step verify_graph_step).
+  // first, after the draft graphs; capture_failed with step verify_graph_step), and with a
+  // draft-extend section and an extend forward set one extend graph per bucket after those
+  // (capture_failed with step extend_graph_step).
   capture_report capture(const std::function<void(int, int)>& progress = {});
   bool captured() const noexcept { return captured_; }
   // Captures graph(bucket, step) and returns it without instantiating; step = all_steps
@@ -251,8 +258,36 @@ class draft_runtime {
   const std::uint8_t* verify_mask() const noexcept;
   std::int64_t verify_mask_capacity() const noexcept;
 
+  // ---- draft extend (config.draft_extend, W = verify_tokens; docs/extend-graphs.md) ----
+  using extend_forward_fn = std::function<void(const extend_view&)>;
+  // The draft model's extend forward over the verify window, reading the view's metadata (the
+  // plan's layouts); called during capture() (and run_extend_eager()) once per bucket, with the
+  // executor capturing; it must enqueue on v.ex / v.stream only. Once set, capture() also
+  // captures one extend graph per bucket: extend_metadata (extend_ops.hpp) over the staged
+  // verify round and the section's accepted lengths, then this forward. Throws
+  // invalid_argument ("draft_extend") without a draft-extend section.
+  void set_extend_forward(extend_forward_fn f);
+  // Copies the staged verify round's accepted lengths ([batch] of that round, in [0, W]) into
+  // the section (stage_accept_len; padded rows 1). Throws error when no verify round is staged
+  // (stage_verify first: the extend round is the verify round's requests, seq_len without the
+  // window), invalid_argument ("accept_len" / "accept_len[i]": the count against the verify
+  // round's batch, a length outside [0, W]) before anything is written. Stream-ordered copy
+  // (may block the host until the stream reaches it); no allocation. Not during capture.
+  void stage_extend(const std::vector<std::int32_t>& accept_len);
+  std::int32_t staged_extend_bucket() const noexcept { return extend_bucket_; }
+  // Launches the staged bucket's extend graph. Never allocates or synchronises, except in
+  // checked mode (then synchronises, reads the guard words and throws guard_violation; an
+  // accepted length of 0 is recorded in the section's fifth word and raises there too).
+  void replay_extend();
+  // The same work without a graph (graph-vs-eager comparisons, debugging).
+  void run_extend_eager();
+  // Captures the extend graph of `bucket` without instantiating it (inspection, benchmarks).
+  [[nodiscard]] std::unique_ptr<graph> capture_extend_graph(std::int32_t bucket);
+  // The view the extend forward gets for `bucket`, with ex and stream set.
+  extend_view extend_view_of(std::int32_t bucket) const;
+
   // Writes one Graphviz file per captured graph into `directory` (bucket<B>_step<s>.dot,
-  // bucket<B>_round.dot, bucket<B>_verify.dot).
+  // bucket<B>_round.dot, bucket<B>_verify.dot, bucket<B>_extend.dot).
   void write_dot(const std::string& directory) const;
 
  private:
@@ -276,6 +311,9 @@ class draft_runtime {
   void capture_verify_graphs(capture_report& report, const std::function<void(int, int)>& progress,
                              int total);
   verify_inputs verify_inputs_of() const;
+  void record_extend_body(std::int32_t bucket);
+  void capture_extend_graphs(capture_report& report, const std::function<void(int, int)>& progress,
+                             int total);
 
   executor* ex_;
   std::unique_ptr<const specgraph::plan> plan_;  // stable address: buffers_ points at it
@@ -301,6 +339,11 @@ class draft_runtime {
   bool verify_captured_ = false;
   std::int32_t verify_bucket_ = 0;
   std::int32_t verify_bucket_index_ = -1;
+  std::int32_t verify_batch_ = 0;  // the staged verify round's real batch
+  extend_forward_fn extend_forward_;
+  std::vector<std::unique_ptr<graph_slot>> extend_graphs_;  // [bucket index]; empty without
+  bool extend_captured_ = false;
+  std::int32_t extend_bucket_ = 0;  // the verify round's bucket once its accept_len is staged
   std::vector<const void*> nvtx_capture_, nvtx_replay_;
   const void* nvtx_stage_ = nullptr;
   const void* nvtx_round_ = nullptr;
