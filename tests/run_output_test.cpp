@@ -104,9 +104,20 @@ TEST(RunOutput, DepthLeavesOutTheStepsItDidNotRun) {
   std::string line;
   std::getline(lines, line);  // the column names
   std::vector<int> steps;
-  bool verify_row = false;
+  bool verify_row = false, extend_row = false;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
+    if (line.rfind("extend ", 0) == 0) {  // the draft-extend step's row, after verify's
+      int w = -1;
+      long replays = -1;
+      std::istringstream(line.substr(6)) >> w >> replays;
+      EXPECT_TRUE(verify_row) << "the extend row before the verify row: " << line;
+      EXPECT_EQ(w, 8) << line;
+      EXPECT_EQ(replays, 6) << line;
+      extend_row = true;
+      continue;
+    }
+    EXPECT_FALSE(extend_row) << "a row after the extend row: " << line;
     if (line.rfind("verify ", 0) == 0) {  // the verify step's row, after the steps
       int d = -1;
       long replays = -1;
@@ -125,6 +136,7 @@ TEST(RunOutput, DepthLeavesOutTheStepsItDidNotRun) {
   }
   EXPECT_EQ(steps, (std::vector<int>{0, 1, 2})) << table;
   EXPECT_TRUE(verify_row) << table;
+  EXPECT_TRUE(extend_row) << table;
   const auto& json_steps = r.doc.members.at("steps").items;
   ASSERT_EQ(json_steps.size(), 3u);
   EXPECT_EQ(as_int(json_steps[2].members.at("step"), "step"), 2);
@@ -228,6 +240,52 @@ TEST(RunOutput, TheFormatFlagNamesTheValueAndTheChoices) {
   std::ostringstream out, err;
   ASSERT_EQ(run_command({"--help"}, out, err), 0);
   EXPECT_NE(out.str().find("--format fa3|csr|both"), std::string::npos) << out.str();
+}
+
+// The draft-extend step (issue 30): its own row after the verify row (W, one forward per
+// round, window tokens/s), its summary and each path's check, the same in --json; --no-extend
+// leaves it out and says so nowhere else.
+TEST(RunOutput, TheExtendStepHasItsOwnRowAndItsChecks) {
+  const run_result r = run({"--steps", "3", "--verify", "all", "--format", "both"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json& x = r.doc.members.at("extend_step");
+  const json& v = r.doc.members.at("verify_step");
+  const std::int64_t requests = as_int(x.members.at("requests"), "requests");
+  EXPECT_EQ(requests, as_int(v.members.at("requests"), "requests"));
+  EXPECT_EQ(as_int(x.members.at("tokens"), "tokens"), 7);  // W = D
+  EXPECT_EQ(as_int(x.members.at("steps"), "steps"), 6);
+  EXPECT_EQ(as_int(x.members.at("window_tokens"), "window_tokens"), 7 * requests);
+  // The root and the accepted path of each request are committed.
+  EXPECT_EQ(as_int(x.members.at("accepted"), "accepted"),
+            as_int(v.members.at("accepted"), "accepted") + requests);
+  EXPECT_EQ(as_int(x.members.at("verified_rounds"), "verified_rounds"), 6);
+  EXPECT_EQ(as_int(x.members.at("verified_outputs"), "verified_outputs"), 7 * requests);
+  EXPECT_EQ(as_int(x.members.at("agreement_outputs"), "agreement_outputs"), 7 * requests);
+  for (const char* path :
+       {"max_relative_error_fa3", "max_relative_error_full", "max_relative_error_prefix"}) {
+    EXPECT_GT(x.members.at(path).number, 0.0) << path;
+    EXPECT_LE(x.members.at(path).number, 1e-5) << path;
+  }
+  EXPECT_LT(r.out.find("\nverify   7        6 "), r.out.find("\nextend   7        6 ")) << r.out;
+  EXPECT_NE(r.out.find("\nextend: " + std::to_string(requests) +
+                       " request windows of W = 7 "
+                       "tokens, " +
+                       std::to_string(7 * requests) +
+                       " window tokens, causal attention over prefix + window through the fa3 "
+                       "page table (C1) and the csr full (C2f) and prefix (C2p) layouts; "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\nextend step: 6 rounds, " + std::to_string(7 * requests) +
+                       " window-token outputs per path against a float64 dense reference by "
+                       "position, max relative error fa3 "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\nextend step fa3 vs csr: 6 rounds, "), std::string::npos) << r.out;
+  const run_result off = run({"--steps", "3", "--no-extend"});
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_EQ(off.out.find("\nextend"), std::string::npos) << off.out;
+  EXPECT_EQ(off.doc.members.count("extend_step"), 0u);
+  EXPECT_EQ(off.doc.members.count("verify_step"), 1u);
 }
 
 // The verify step (issue 21): its own row after the steps (D, one forward per round, the

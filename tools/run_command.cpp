@@ -57,6 +57,8 @@ constexpr const char* run_usage =
     "  --verify-tokens D  the verify step's tree size, root included, in [1, 1 + topk x\n"
     "                   steps] (default min(8, 1 + topk x steps); a round uses\n"
     "                   min(D, 1 + topk x depth)); 0 or --no-verify-round: draft steps only\n"
+    "  --no-extend      no draft-extend step after the verify step (default: one per round,\n"
+    "                   over each request's window of W = D tokens; docs/extend.md)\n"
     "  --json FILE      write the report as JSON (with the version and git commit)\n"
     "  --dump-graphs DIR  one Graphviz file per captured graph\n"
     "\n"
@@ -68,7 +70,9 @@ constexpr const char* run_usage =
     "buffers' exact sizes; verification covers each path; both adds a line comparing them.\n"
     "The verify row: the target's forward over each request's draft tree (time as above) and\n"
     "the accept length, accepted draft tokens + 1 per request per round; the accepted path\n"
-    "extends the request for the next round (docs/verify.md section 10).\n";
+    "extends the request for the next round (docs/verify.md section 10). The extend row: the\n"
+    "draft model's extend forward over each request's window (time as above) and window\n"
+    "tokens/s; its accepted tokens' draft K/V are committed (docs/main-job.md).\n";
 
 class flag_error : public std::runtime_error {
  public:
@@ -155,8 +159,8 @@ parsed parse(const std::vector<std::string>& args) {
   parsed p;
   sim::sim_options& o = p.options;
   std::string depth_text;
-  const std::set<std::string> switches{"--checked", "--device-steps", "--no-verify-round", "--help",
-                                       "-h"};
+  const std::set<std::string> switches{"--checked",   "--device-steps", "--no-verify-round",
+                                       "--no-extend", "--help",         "-h"};
   std::int64_t verify_tokens = -1;
   bool no_verify_round = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -189,6 +193,11 @@ parsed parse(const std::vector<std::string>& args) {
         throw flag_error("--device-steps: takes no value (got " + echo(value) + ")");
       }
       o.device_steps = true;
+    } else if (flag == "--no-extend") {
+      if (eq != std::string::npos) {
+        throw flag_error("--no-extend: takes no value (got " + echo(value) + ")");
+      }
+      o.draft_extend = false;
     } else if (flag == "--no-verify-round") {
       if (eq != std::string::npos) {
         throw flag_error("--no-verify-round: takes no value (got " + echo(value) + ")");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <numeric>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -118,6 +119,17 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
         << std::setprecision(2) << std::setw(13) << "accept len "
         << 1.0 + static_cast<double>(v.accepted) / requests << "\n";
   }
+  const sim::extend_stats& x = r.extend;
+  if (x.steps > 0) {
+    // The draft model's extend forward over each request's window of W tokens.
+    out << "extend" << std::setw(4) << o.verify_tokens << std::setw(9) << x.steps
+        << std::setprecision(3) << std::setw(10) << 1e3 * mean(x.seconds) << std::setw(10)
+        << 1e3 * percentile(x.seconds, 0.5) << std::setw(10) << 1e3 * percentile(x.seconds, 0.99)
+        << std::setprecision(0) << std::setw(17)
+        << static_cast<double>(x.window_tokens) /
+               std::max(1e-30, std::accumulate(x.seconds.begin(), x.seconds.end(), 0.0))
+        << "\n";
+  }
   std::set<std::int32_t> buckets;
   for (const auto& round : r.rounds) buckets.insert(round.bucket);
   out << std::setprecision(2) << "\nrounds: " << r.rounds.size() << " ("
@@ -138,6 +150,20 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
         << count_of(v.finished, "request")
         << (v.finished == 1 ? " reached --max-context and was replaced\n"
                             : " reached --max-context and were replaced\n");
+  }
+  if (x.steps > 0) {
+    const char* path = o.format == metadata_formats::fa3 ? "the fa3 page table (C1)"
+                       : o.format == metadata_formats::csr
+                           ? "the csr full (C2f) and prefix (C2p) layouts"
+                           : "the fa3 page table (C1) and the csr full (C2f) and prefix (C2p) "
+                             "layouts";
+    out << std::setprecision(2) << "extend: " << count_of(x.requests, "request window")
+        << " of W = " << o.verify_tokens << " tokens, " << x.window_tokens
+        << " window tokens, causal attention over prefix + window through " << path << "; "
+        << x.accepted << " window tokens committed (accept len "
+        << static_cast<double>(x.accepted) /
+               static_cast<double>(std::max<std::int64_t>(1, x.requests))
+        << ")\n";
   }
   if (o.verify == sim::sim_options::verify_mode::none) {
     out << "verification: off (--verify none)\n";
@@ -174,6 +200,23 @@ void write_rounds_text(std::ostream& out, const sim::sim_options& o, const sim::
             << v.agreement_outputs << " tree-token outputs, max abs difference "
             << v.max_abs_difference << " (relative " << v.max_relative_difference << ", tolerance "
             << o.tolerance << "): AGREE\n";
+      }
+    }
+    if (x.steps > 0) {
+      out << "extend step: " << count_of(x.verified_rounds, "round") << ", " << x.verified_outputs
+          << " window-token outputs per path against a float64 dense reference by position, max "
+             "relative error";
+      if (o.format != metadata_formats::csr) out << " fa3 " << x.max_relative_error_fa3;
+      if (o.format == metadata_formats::both) out << ",";
+      if (o.format != metadata_formats::fa3) {
+        out << " csr full " << x.max_relative_error_full << ", csr prefix "
+            << x.max_relative_error_prefix;
+      }
+      out << " (tolerance " << o.tolerance << "): PASSED\n";
+      if (o.format == metadata_formats::both) {
+        out << "extend step fa3 vs csr: " << count_of(x.agreement_rounds, "round") << ", "
+            << x.agreement_outputs << " window-token outputs, max relative difference "
+            << x.max_relative_difference << " (tolerance " << o.tolerance << "): AGREE\n";
       }
     }
   }
@@ -244,6 +287,21 @@ void write_run_json(std::ostream& j, const sim::sim_options& o, const plan& pl,
       << ",\"max_relative_error_csr\":" << v.max_relative_error_csr
       << ",\"agreement_outputs\":" << v.agreement_outputs
       << ",\"max_relative_difference\":" << v.max_relative_difference << "}";
+  }
+  const sim::extend_stats& x = r.extend;
+  if (x.steps > 0) {
+    j << ",\"extend_step\":{\"tokens\":" << o.verify_tokens << ",\"steps\":" << x.steps
+      << ",\"mean_seconds\":" << mean(x.seconds)
+      << ",\"p50_seconds\":" << percentile(x.seconds, 0.5)
+      << ",\"p99_seconds\":" << percentile(x.seconds, 0.99) << ",\"requests\":" << x.requests
+      << ",\"window_tokens\":" << x.window_tokens << ",\"accepted\":" << x.accepted
+      << ",\"verified_rounds\":" << x.verified_rounds
+      << ",\"verified_outputs\":" << x.verified_outputs
+      << ",\"max_relative_error_fa3\":" << x.max_relative_error_fa3
+      << ",\"max_relative_error_full\":" << x.max_relative_error_full
+      << ",\"max_relative_error_prefix\":" << x.max_relative_error_prefix
+      << ",\"agreement_outputs\":" << x.agreement_outputs
+      << ",\"max_relative_difference\":" << x.max_relative_difference << "}";
   }
   j << "}\n";
 }

@@ -101,6 +101,8 @@ sim_engine::sim_engine(executor& ex, const sim_options& o) : impl_(std::make_uni
   }
 
   if (m.opt.verify_tokens > 0) m.init_verify();
+  m.run_extend = m.opt.draft_extend && m.opt.verify_tokens > 0;
+  if (m.run_extend) m.init_extend();
   m.requests.resize(static_cast<std::size_t>(o.max_batch));
   for (std::int32_t row = 1; row <= o.max_batch; ++row) m.admit(row);
 
@@ -203,6 +205,9 @@ void sim_engine::corrupt_draft_position_at_round(std::int32_t round) {
 }
 void sim_engine::corrupt_packed_mask_at_round(std::int32_t round) {
   impl_->vs.corrupt_mask_round = round;
+}
+void sim_engine::corrupt_extend_table_at_round(std::int32_t round) {
+  impl_->corrupt_extend_round = round;
 }
 const verify_trace& sim_engine::last_verify() const {
   return impl_->vs.trace;

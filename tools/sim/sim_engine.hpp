@@ -59,6 +59,11 @@ struct sim_options {
   // -1: min(8, 1 + topk * num_steps) (resolved_verify_tokens).
   std::int32_t verify_tokens = -1;
   bool trace_verify = false;  // tests: record the last verify step in sim_engine::last_verify()
+  // The draft-extend step after each verify step (tools/sim/sim_extend_round.cpp): the draft
+  // model's extend forward over each request's window of W = verify_tokens tokens through the
+  // draft-extend metadata (docs/extend.md), the accepted tokens' draft K/V committed. Needs a
+  // verify step (ignored without one).
+  bool draft_extend = true;
 };
 
 inline std::int32_t resolved_verify_tokens(const sim_options& o) {
@@ -79,6 +84,21 @@ struct verify_stats {
   double max_relative_error_fa3 = 0, max_relative_error_csr = 0;
   std::int64_t agreement_rounds = 0, agreement_outputs = 0;  // format both
   double max_abs_difference = 0, max_relative_difference = 0;
+};
+
+// The draft-extend step of every round (tools/sim/sim_extend_round.cpp; the report's extend row).
+struct extend_stats {
+  std::int64_t steps = 0;          // extend forwards run (one per round with a verify step)
+  std::vector<double> seconds;     // one per step: K/V write, metadata, attention, synchronised
+  std::int64_t requests = 0;       // real requests extended, summed over rounds
+  std::int64_t window_tokens = 0;  // real window tokens (W per request), summed
+  std::int64_t accepted = 0;       // accepted lengths (the window tokens committed), summed
+  std::int64_t verified_rounds = 0, verified_outputs = 0;  // (token, head) vectors, per path
+  // Per path against the float64 reference: FA3's page table (C1), CSR's full layout (C2f) and
+  // its prefix layout with the window from the forward's own tensors (C2p).
+  double max_relative_error_fa3 = 0, max_relative_error_full = 0, max_relative_error_prefix = 0;
+  std::int64_t agreement_rounds = 0, agreement_outputs = 0;  // format both: fa3 vs csr full
+  double max_relative_difference = 0;
 };
 
 // The last verify step (sim_options::trace_verify), for the tests: the inputs of its metadata,
@@ -145,6 +165,7 @@ struct run_report {
   double max_abs_difference = 0, max_relative_difference = 0;
   double run_seconds = 0;
   verify_stats verify;
+  extend_stats extend;
 };
 
 class sim_engine {
@@ -187,6 +208,10 @@ class sim_engine {
   // of request 0's query 1 for the root (tree cell (1, 0); needs D >= 2) in the packed mask the
   // csr path reads: that query misses its parent, and the verification names it.
   void corrupt_packed_mask_at_round(std::int32_t round);
+  // Tests: after the draft-extend metadata of `round`, overwrite one page-table cell of request 0
+  // (FA3) and one full-layout kv index (CSR) with another slot: that round's extend check must
+  // fail (a planted bug, the way an engine's stale table would show).
+  void corrupt_extend_table_at_round(std::int32_t round);
   // The last verify step, with sim_options::trace_verify.
   const verify_trace& last_verify() const;
 

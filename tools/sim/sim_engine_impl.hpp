@@ -17,6 +17,7 @@
 #include "specgraph/csr_ops.hpp"
 #include "specgraph/error.hpp"
 #include "tools/sim/sim_engine.hpp"
+#include "tools/sim/sim_extend_state.hpp"
 #include "tools/sim/sim_kernels.hpp"
 #include "tools/sim/sim_verify_state.hpp"
 
@@ -54,7 +55,8 @@ struct request {
   std::int32_t pool_row = 0;
   std::int32_t seq_len = 0;
   std::vector<std::int64_t> pages;
-  std::vector<float> k, v;  // [seq_len][heads * head_dim]: the ground truth by position
+  std::vector<float> k, v;    // [seq_len][heads * head_dim]: the ground truth by position
+  std::vector<float> dk, dv;  // the draft model's K/V by position (draft extend only)
 };
 }  // namespace detail
 
@@ -93,6 +95,9 @@ struct sim_engine::impl {
   std::vector<std::int64_t> round_cache_loc, round_branch_pages;
   sim_cuda_launchers cuda = sim_cuda();
   verify_state vs;  // the verify step (sim_verify_round.cpp); buffers only with verify_tokens
+  extend_state es;  // the draft-extend step (sim_extend_round.cpp); buffers only with it
+  bool run_extend = false;
+  std::int32_t corrupt_extend_round = -1;
 
   template <class K>
   void launch(const typename K::params& p, std::int64_t rows, cuda_rows_fn fn) {
@@ -134,6 +139,7 @@ struct sim_engine::impl {
     }
     ex->copy_to_device(d_req_to_token.as<std::int32_t>() + static_cast<std::size_t>(row) * width,
                        tokens, static_cast<std::size_t>(width) * sizeof(std::int32_t));
+    if (run_extend) admit_draft_kv(r);
     requests[static_cast<std::size_t>(row - 1)] = std::move(r);
   }
 
@@ -258,6 +264,25 @@ struct sim_engine::impl {
   // forward with tree attention over the verify metadata, its checks, and the accepted paths
   // committed. init_verify allocates its buffers (constructor).
   void init_verify();
+  // The draft-extend step after the verify step (sim_extend_round.cpp): the draft model's extend
+  // forward over each request's W window tokens (its K/V written at the window's slots of the
+  // draft pool), the metadata of every layout the format reads, each attention path against the
+  // float64 reference by position and, with both, fa3 against csr; then the accepted tokens'
+  // draft K/V committed. `pool` and `seq` are the verify round's padded requests, `accept_len`
+  // its accepted lengths (root included, in [1, D]). init_extend allocates its buffers
+  // (constructor); admit_draft_kv draws a new request's draft K/V and writes it to the pool.
+  void init_extend();
+  void admit_draft_kv(request& r);
+  void extend_round(std::int32_t round, std::int32_t batch, std::int32_t bucket, bool verify,
+                    const std::vector<std::int32_t>& pool, const std::vector<std::int32_t>& seq,
+                    const std::vector<std::int32_t>& accept_len, run_report& report);
+  // Its checks (sim_extend_check.cpp): the tokens layout against the engine's own state, each
+  // path's outputs against the float64 reference by position (verify) and, with both, fa3
+  // against csr; throws verification_error naming round, bucket, request, token, head and path.
+  void check_extend_outputs(std::int32_t round, std::int32_t batch, std::int32_t bucket,
+                            bool verify, const std::vector<std::int32_t>& pool,
+                            const std::vector<std::int32_t>& seq,
+                            const std::vector<std::int32_t>& accept_len, run_report& report);
   void verify_round(std::int32_t round, std::int32_t batch, std::int32_t depth, std::int32_t bucket,
                     bool verify, run_report& report);
   // Its output checks (sim_verify_tree_check.cpp): each path against the float64 reference over

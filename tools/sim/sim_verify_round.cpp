@@ -268,6 +268,11 @@ void sim_engine::impl::verify_round(std::int32_t round, std::int32_t batch, std:
                                   v_pool.as<float>()};
   launch<verify_commit_kernel>(cm, batch, S.cuda.commit);
   ex->synchronize();
+  if (run_extend) {  // the draft model's extend over the window (sim_extend_round.cpp)
+    std::vector<std::int32_t> accept_len(B);
+    for (std::size_t r = 0; r < B; ++r) accept_len[r] = 1 + accepted[r];  // the root included
+    extend_round(round, batch, bucket, verify, pool, seq, accept_len, report);
+  }
 
   std::vector<std::int32_t> after(B);
   for (std::size_t r = 0; r < B; ++r) {
