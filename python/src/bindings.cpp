@@ -40,7 +40,7 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
                    std::int64_t sparse_heads, ffi::Array<std::int64_t> vertical_size,
                    ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys,
                    std::int64_t formats, bool csr_int64, std::int64_t slot_stride,
-                   std::int64_t verify_tokens) {
+                   std::int64_t verify_tokens, bool draft_extend) {
   draft_config c;
   c.max_batch = int32_arg("max_batch", max_batch);
   c.topk = int32_arg("topk", topk);
@@ -59,6 +59,7 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
   c.formats = static_cast<metadata_formats>(int32_arg("formats", formats));
   c.csr_int64 = csr_int64;
   c.verify_tokens = int32_arg("verify_tokens", verify_tokens);  // 0: no verify section
+  c.draft_extend = draft_extend;  // with verify_tokens: the draft-extend section
   if (sparse_heads != 0) {
     sparse_config s;
     s.heads = int32_arg("sparse.heads", sparse_heads);
