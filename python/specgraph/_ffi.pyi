@@ -154,16 +154,13 @@ def verify_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any, custom_m
                  mask_cells: int, mask_exact: bool) -> None: ...
 # ---- draft-extend metadata over the plan's arena (extend_arena.cpp) ----------------------------
 def extend_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any,
-                 accept_len: Optional[Tensor], tokens: List[Optional[Tensor]],
+                 accept_len: Optional[Tensor], engine: bool, tokens: List[Optional[Tensor]],
                  fa3: List[Optional[Tensor]], prefix: List[Optional[Tensor]],
                  full: List[Optional[Tensor]]) -> None:
-    """accept_len None: the section's; the four lists all empty: the section's tables, else the
-    engine's (each layout all of its tensors or none). Host checks first; arena's device."""
+    """accept_len None: the section's; engine False: the section's tables (the lists empty),
+    True: the engine's (each layout all of its tensors or none, at least one). Host checks
+    first; the arena's device."""
 def stage_accept_len(bufs: Any, arena: Any, bucket: int, accept_len: Sequence[int]) -> None: ...
-def extend_section(bufs: Any, bucket: int) -> Dict[str, Any]:
-    """{"fields": [[name, layout, byte offset, rows, cols (-1: a vector)], ...], "accept_len":
-    offset, "scratch": [offset, words], "guard": [first word, count], "capacity": [page
-    columns, prefix kv, full kv], "extend_tokens": W} of the bucket (draft_buffers::extend)."""
 
 # ---- inputs read in place (inputs.cpp, round_graph.cpp): the engine's static tensors ------------
 # pool, seq: int32/int64 [>= max bucket], any stride; slots: int64/int32 [>= max bucket, topk,

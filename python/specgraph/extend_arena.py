@@ -70,8 +70,9 @@ def _require(bufs: Buffers) -> None:
 
 
 def extend_view(bufs: Buffers, bucket: int) -> ExtendView:
-    """The section's views for `bucket` (a planned bucket), made once and cached. Refusals:
-    "draft_extend" (no section), "bucket"."""
+    """The section's views for `bucket` (a planned bucket), made once and cached (host work
+    only: it traces under torch.compile). Offsets, shapes and capacities are C++'s (plan_info:
+    the plan's layout and extend_shape_of). Refusals: "draft_extend" (no section), "bucket"."""
     if not isinstance(bufs, Buffers):
         raise TypeError(f"bufs: expected specgraph.Buffers, got {_check.type_name(bufs)}")
     _require(bufs)
@@ -80,21 +81,21 @@ def extend_view(bufs: Buffers, bucket: int) -> ExtendView:
     v = bufs._views.get(key)
     if v is not None:
         return v
-    got = _ffi.extend_section(bufs._obj, bucket)
+    sec = bufs.plan.layout["extend"]  # C++'s offsets, shapes and capacities (plan_info)
+    got = sec["buckets"][bufs.plan.buckets.index(bucket)]
     groups: dict = {x: [] for x in LAYOUTS}
     for name, layout, offset, rows, cols in got["fields"]:
         shape = (int(rows), int(cols)) if int(cols) >= 0 else (int(rows),)
         groups[str(layout)].append(bufs._view(("extend", bucket, str(name)), int(offset),
                                               "int32", shape))
     sets = {x: (_TYPES[x](*groups[x]) if groups[x] else None) for x in LAYOUTS}
-    first, count = (int(x) for x in got["guard"])
+    first, count = sec["guard_base"], sec["guard_count"]
     guard = bufs.guards[first: first + count]
     assert guard.shape == (count, GUARD_WORD_INT32S)
     c = bufs.plan.config
-    acc = bufs._view(("extend", bucket, "accept_len"), int(got["accept_len"]), "int32",
-                     (bucket,))
+    acc = bufs._view(("extend", bucket, "accept_len"), sec["accept_len"], "int32", (bucket,))
     cap = [int(x) for x in got["capacity"]]
-    v = bufs._views[key] = ExtendView(bucket, int(got["extend_tokens"]), c.page_size,
+    v = bufs._views[key] = ExtendView(bucket, sec["extend_tokens"], c.page_size,
                                       c.max_context_len, **sets, accept_len=acc, guard=guard,
                                       page_capacity=cap[0], prefix_kv_capacity=cap[1],
                                       full_kv_capacity=cap[2])
@@ -136,9 +137,9 @@ def extend_arena_(bufs: Buffers, bucket: int, req_to_token: Any, *, accept_len: 
     if bufs.handle and any(t is None for group in sets for t in group):
         # A partial layout never reaches the dispatcher (Tensor[] holds no None): the extension
         # refuses it by name, before anything is written.
-        _ffi.extend_arena(bufs._obj, bufs.arena, bucket, req_to_token, acc, *sets)
+        _ffi.extend_arena(bufs._obj, bufs.arena, bucket, req_to_token, acc, True, *sets)
         return
-    _run(bufs, "extend_arena_", bucket, req_to_token, acc, *sets)
+    _run(bufs, "extend_arena_", bucket, req_to_token, acc, outputs is not None, *sets)
 
 
 def stage_accept_len(bufs: Buffers, bucket: int, accept_len: Sequence[int]) -> None:
