@@ -207,6 +207,8 @@ def test_refusals_name_the_field_and_write_nothing():
             call()
         assert e.value.field == field, (field, str(e.value))
         assert (arena == before).all(), field
+        assert all((np.asarray(t) == 0).all() for g in (out.tokens, out.fa3, out.prefix,
+                                                         out.full, small.prefix) for t in g)
     with pytest.raises(TypeError):
         extend_arena_(bufs, 2, rtt, outputs=(1, 2))
     none = specgraph.make_plan(specgraph.DraftConfig(
@@ -218,6 +220,23 @@ def test_refusals_name_the_field_and_write_nothing():
         with pytest.raises(specgraph.InvalidArgument) as e:
             call()
         assert e.value.field == "draft_extend"
+
+
+def test_a_row_narrower_than_the_window_is_bad_input_written_as_padding():
+    rng = random.Random(2)
+    nrng = np.random.default_rng(2)
+    plan = plan_for(rng, "both", 4, ps=4, m=12)
+    arena = specgraph.host_arena(plan)
+    bufs = specgraph.buffers(plan, arena)
+    specgraph.stage_(bufs, 2, np.array([1, 2], np.int32), np.array([3, 12], np.int32),
+                     np.zeros(2 * 2 * 2, np.int64), bucket=2)
+    stage_accept_len(bufs, 2, [2, 2])
+    rtt = nrng.integers(0, 1 << 20, (9, 12)).astype(np.int32)  # request 1 needs 12 + 4 columns
+    extend_arena_(bufs, 2, rtt)
+    v = extend_view(bufs, 2)
+    found = specgraph.extend_violations(v.guard)
+    assert [x.kind for x in found] == ["bad input"] and found[0].row == 1, found
+    assert v.fa3.cache_seqlen.tolist() == [7, 1]  # request 1 as a padded one (L = 1)
 
 
 def test_config_refuses_draft_extend_without_the_window():
