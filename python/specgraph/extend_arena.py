@@ -33,7 +33,7 @@ from . import _check, _ffi
 from ._op_args import ready as _ready
 from ._op_args import run as _run
 from ._op_args import tensor as _tensor
-from .buffers import GUARD_WORD_INT32S, Buffers
+from .buffers import Buffers
 from .errors import InvalidArgument
 from .extend import LAYOUTS, ExtendFa3, ExtendFull, ExtendOutputs, ExtendPrefix, ExtendTokens
 from .extend import _sets
@@ -90,8 +90,7 @@ def extend_view(bufs: Buffers, bucket: int) -> ExtendView:
                                               "int32", shape))
     sets = {x: (_TYPES[x](*groups[x]) if groups[x] else None) for x in LAYOUTS}
     first, count = sec["guard_base"], sec["guard_count"]
-    guard = bufs.guards[first: first + count]
-    assert guard.shape == (count, GUARD_WORD_INT32S)
+    guard = bufs.guards[first: first + count]  # [count, GUARD_WORD_INT32S]
     c = bufs.plan.config
     acc = bufs._view(("extend", bucket, "accept_len"), sec["accept_len"], "int32", (bucket,))
     cap = [int(x) for x in got["capacity"]]
