@@ -22,8 +22,9 @@ def make_plan(max_batch: int, topk: int, num_steps: int, page_size: int, max_con
               round_graphs: bool, device_steps: bool, device_depth: bool, sparse_heads: int,
               vertical_size: Sequence[int], slash_size: Sequence[int],
               sparse_max_keys: int, formats: int, csr_int64: bool, slot_stride: int,
-              verify_tokens: int) -> Plan:
-    """formats: 0 fa3, 1 csr, 2 both; slot_stride 0: num_steps; verify_tokens 0: none."""
+              verify_tokens: int, draft_extend: bool) -> Plan:
+    """formats: 0 fa3, 1 csr, 2 both; slot_stride 0: num_steps; verify_tokens 0: none;
+    draft_extend: the draft-extend section (needs verify_tokens)."""
 def default_buckets(max_batch: int) -> List[int]: ...
 def bucket_for(plan: Plan, batch: int) -> int: ...
 def round_bucket(plan: Plan, batch: int, bucket: int) -> int: ...
@@ -151,6 +152,15 @@ def extend_tables(batch: int, max_seq_len: int, extend_tokens: int,
     tables' order."""
 def verify_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any, custom_mask: Any,
                  mask_cells: int, mask_exact: bool) -> None: ...
+# ---- draft-extend metadata over the plan's arena (extend_arena.cpp) ----------------------------
+def extend_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any,
+                 accept_len: Optional[Tensor], engine: bool, tokens: List[Optional[Tensor]],
+                 fa3: List[Optional[Tensor]], prefix: List[Optional[Tensor]],
+                 full: List[Optional[Tensor]]) -> None:
+    """accept_len None: the section's; engine False: the section's tables (the lists empty),
+    True: the engine's (each layout all of its tensors or none, at least one). Host checks
+    first; the arena's device."""
+def stage_accept_len(bufs: Any, arena: Any, bucket: int, accept_len: Sequence[int]) -> None: ...
 
 # ---- inputs read in place (inputs.cpp, round_graph.cpp): the engine's static tensors ------------
 # pool, seq: int32/int64 [>= max bucket], any stride; slots: int64/int32 [>= max bucket, topk,

@@ -90,6 +90,12 @@ SCHEMAS = {
                         "int full_kv_capacity, Tensor(a!)[] tokens, Tensor(b!)[] fa3, "
                         "Tensor(c!)[] prefix, Tensor(d!)[] full, Tensor(e!) guard, "
                         "Tensor(f!)[] scratch) -> ()",
+    # Draft-extend metadata over the arena's section (specgraph.extend_arena): accept_len None
+    # reads the section's; engine False writes the section's tables, True the engine's (each
+    # layout's set or none); the section's guard words and scratch either way.
+    "extend_arena_": "extend_arena_(Tensor(a!) arena, int handle, int bucket, "
+                     "Tensor req_to_token, Tensor? accept_len, bool engine, Tensor(b!)[] tokens, "
+                     "Tensor(c!)[] fa3, Tensor(d!)[] prefix, Tensor(e!)[] full) -> ()",
 }
 
 
@@ -276,6 +282,7 @@ _IMPLS = {
     "csr_round_indices_": _on_arena(_csr_round),
     "verify_metadata_": _torch_impl,
     "extend_metadata_": _extend_impl,
+    "extend_arena_": _on_arena(_ffi.extend_arena),
 }
 
 _lib = torch.library.Library("specgraph", "DEF")

@@ -90,13 +90,19 @@ class DraftConfig:
     # 0 (default) = no verify section; else the plan's arena also holds the verify metadata of
     # the largest bucket (specgraph.verify_arena.verify_arena_ writes it).
     verify_tokens: int = 0
+    # With verify_tokens = W: also the draft-extend section (docs/extend.md), the metadata of the
+    # draft model's extend forward over each request's window of W tokens for the largest
+    # bucket, exactly sized (specgraph.extend_arena.extend_arena_ writes it). Refused without
+    # verify_tokens (InvalidArgument "draft_extend").
+    draft_extend: bool = False
 
     def __post_init__(self) -> None:
         for f in ("max_batch", "topk", "num_steps", "page_size", "max_context_len", "pool_rows",
                   "kv_slots", "slot_stride", "verify_tokens"):
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "buckets", _ints("buckets", self.buckets))
-        for f in ("checked", "round_graphs", "device_steps", "device_depth", "csr_int64"):
+        for f in ("checked", "round_graphs", "device_steps", "device_depth", "csr_int64",
+                  "draft_extend"):
             object.__setattr__(self, f, _check.boolean(f, getattr(self, f)))
         if not isinstance(self.formats, str):
             raise TypeError(f"formats: expected one of {', '.join(FORMATS)} (a str), got "
@@ -122,7 +128,7 @@ class DraftConfig:
             self.device_steps, self.device_depth, s.heads if s else 0,
             list(s.vertical_size) if s else [], list(s.slash_size) if s else [],
             s.max_keys if s else 0, FORMATS.index(self.formats), self.csr_int64,
-            self.slot_stride, self.verify_tokens)
+            self.slot_stride, self.verify_tokens, self.draft_extend)
 
     @property
     def has_csr(self) -> bool:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "python/src/binding.hpp"
+#include "specgraph/extend_metadata.hpp"
 #include "specgraph/plan.hpp"
 
 namespace specgraph::python {
@@ -40,7 +41,7 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
                    std::int64_t sparse_heads, ffi::Array<std::int64_t> vertical_size,
                    ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys,
                    std::int64_t formats, bool csr_int64, std::int64_t slot_stride,
-                   std::int64_t verify_tokens) {
+                   std::int64_t verify_tokens, bool draft_extend) {
   draft_config c;
   c.max_batch = int32_arg("max_batch", max_batch);
   c.topk = int32_arg("topk", topk);
@@ -59,6 +60,7 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
   c.formats = static_cast<metadata_formats>(int32_arg("formats", formats));
   c.csr_int64 = csr_int64;
   c.verify_tokens = int32_arg("verify_tokens", verify_tokens);  // 0: no verify section
+  c.draft_extend = draft_extend;  // with verify_tokens: the draft-extend section
   if (sparse_heads != 0) {
     sparse_config s;
     s.heads = int32_arg("sparse.heads", sparse_heads);
@@ -82,6 +84,50 @@ std::int64_t bucket_for(plan_ref p, std::int64_t batch) {
 
 std::int64_t round_bucket(plan_ref p, std::int64_t batch, std::int64_t bucket) {
   return p->plan->round_bucket(int32_arg("batch", batch), int32_arg("bucket", bucket));
+}
+
+// The draft-extend section as Python's extend_view reads it (empty without one): per planned
+// bucket, one [name, layout, byte offset, rows, cols (-1: a vector)] per field the plan holds,
+// the bucket's exact shape (extend_shape_of over extend_exact_tables, as draft_buffers::extend
+// sizes its view), and its capacities [page columns (the page table's row stride), prefix
+// kv_indices, full kv_indices] (0 for a layout not held); the accept_len and scratch offsets,
+// the scratch words, the first guard word and W.
+ffi_map extend_info(const plan& p) {
+  const plan_layout::extend_section& e = p.layout.extend;
+  if (!e.enabled()) return ffi_map{};
+  const draft_config& c = p.config;
+  ffi::Array<ffi::Any> buckets;  // in the plan's bucket order
+  for (const std::int32_t bucket : c.buckets) {
+    extend_params shape;
+    static_cast<extend_tables&>(shape) =
+        extend_exact_tables(bucket, c.max_context_len, c.page_size, e.extend_tokens);
+    shape.batch = bucket;
+    shape.extend_tokens = e.extend_tokens;
+    shape.page_size = c.page_size;
+    shape.max_seq_len = c.max_context_len;
+    ffi::Array<ffi::Any> fields;
+    for (int l = 0; l < extend_layout_count; ++l) {
+      for (int i = extend_layout_bounds[l]; i < extend_layout_bounds[l + 1]; ++i) {
+        if (e.field[i] == 0) continue;  // a layout the plan does not hold
+        const extend_field_shape f = extend_shape_of(i, shape);
+        fields.push_back(ffi::Array<ffi::Any>{
+            ffi::String(extend_field_names[i]), ffi::String(extend_layout_names[l]),
+            static_cast<std::int64_t>(e.field[i]), f.rows, f.table ? f.cols : std::int64_t{-1}});
+      }
+    }
+    const ffi::Array<std::int64_t> capacity{e.fa3 ? e.page_capacity : 0,
+                                            e.prefix ? shape.prefix_kv_capacity : 0,
+                                            e.full ? shape.full_kv_capacity : 0};
+    buckets.push_back(ffi_map{
+        {"bucket", static_cast<std::int64_t>(bucket)}, {"fields", fields}, {"capacity", capacity}});
+  }
+  return ffi_map{
+      {"buckets", buckets},
+      {"accept_len", static_cast<std::int64_t>(e.accept_len)},
+      {"scratch", ffi::Array<std::int64_t>{static_cast<std::int64_t>(e.scratch), e.scratch_words}},
+      {"guard_base", static_cast<std::int64_t>(e.guard_base)},
+      {"guard_count", static_cast<std::int64_t>(extend_guard_count)},
+      {"extend_tokens", static_cast<std::int64_t>(e.extend_tokens)}};
 }
 
 // Everything Python caches about a plan, read once: the buffers as lists [name, step, shape,
@@ -145,6 +191,7 @@ ffi_map plan_info(plan_ref ref) {
       {"csr_capacity", int64_array(l.csr_capacity)},
       {"csr_kv_indices_stride", l.csr_kv_indices_stride},
       {"guard_csr_base", static_cast<std::int64_t>(l.guard_csr_base)},
+      {"extend", extend_info(p)},
   };
   return ffi_map{
       {"buffers", buffers},

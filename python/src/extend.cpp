@@ -17,6 +17,7 @@
 
 #include "device/checks.hpp"
 #include "python/src/binding.hpp"
+#include "python/src/extend_fields.hpp"
 #include "specgraph/extend_metadata.hpp"
 #include "specgraph/guard.hpp"
 #include "specgraph/limits.hpp"
@@ -42,13 +43,9 @@ const char* layout_of(int i) {
   return "";
 }
 
-// A memory span for the overlap checks.
-struct span {
-  const char* field;
-  std::uintptr_t start;
-  std::int64_t bytes;
-};
+}  // namespace
 
+// The output tensors' checks, shared with extend_arena.cpp (extend_fields.hpp).
 span span_of(const char* field, const ffi::TensorView& t, std::int64_t bytes) {
   return {field, reinterpret_cast<std::uintptr_t>(address_of(t)),  // NOLINT: address only
           bytes};
@@ -100,8 +97,9 @@ span out_field(int i, const ffi::TensorView& t, DLDevice device, extend_params& 
 
 // One layout's tensors in the tables' order; a None or a short list leaves the fields null (the
 // one layouts rule, extend_layouts_of, then refuses a partial layout by its first missing field).
-void out_layout(const layout_range& l, const ffi::Array<ffi::Optional<ffi::Tensor>>& ts,
-                DLDevice device, extend_params& p, std::vector<span>& spans) {
+void out_layout(int layout, const ffi::Array<ffi::Optional<ffi::Tensor>>& ts, DLDevice device,
+                extend_params& p, std::vector<span>& spans) {
+  const layout_range& l = extend_layout_ranges[layout];
   SPECGRAPH_EXPECTS(static_cast<int>(ts.size()) <= l.count, l.name,
                     std::to_string(ts.size()) + " tensors, more than its " +
                         std::to_string(l.count) + " (" + extend_field_names[l.first] + " ... " +
@@ -128,6 +126,8 @@ void check_no_overlap(const std::vector<span>& spans, std::size_t first_output) 
     }
   }
 }
+
+namespace {
 
 void int32_vector(const char* field, const ffi::TensorView& t, std::int64_t n, DLDevice device) {
   check_int_tensor(field, t, int_kind::int32, 0, device);
@@ -211,7 +211,7 @@ void extend_metadata_op(ffi::TensorView req_to_token, ffi::TensorView req_pool_i
   }
   const std::size_t first_output = spans.size();
   const ffi::Array<ffi::Optional<ffi::Tensor>>* sets[] = {&tokens, &fa3, &prefix, &full};
-  for (int l = 0; l < 4; ++l) out_layout(extend_layout_ranges[l], *sets[l], device, p, spans);
+  for (int l = 0; l < 4; ++l) out_layout(l, *sets[l], device, p, spans);
   const std::int64_t guard_int32s =
       std::int64_t{extend_guard_count} * static_cast<std::int64_t>(sizeof(guard_word) / 4);
   check_int_tensor("guard", guard, int_kind::int32, guard_int32s, device);
