@@ -33,13 +33,8 @@ void add_extend_section(arena_builder& a, plan& p, std::int32_t guard_base) {
   e.guard_base = guard_base;
   e.scratch_words = extend_scratch_words(bucket);
   // The shapes come from the kernels' own sizing (extend_shape_of over the exact tables).
-  extend_params shape;
-  static_cast<extend_tables&>(shape) =
-      extend_exact_tables(bucket, c.max_context_len, c.page_size, e.extend_tokens);
-  shape.batch = bucket;
-  shape.extend_tokens = e.extend_tokens;
-  shape.page_size = c.page_size;
-  shape.max_seq_len = c.max_context_len;
+  const extend_params shape =
+      extend_sizing(bucket, c.max_context_len, c.page_size, e.extend_tokens);
   e.page_capacity = shape.page_capacity;
   e.prefix_kv_capacity = e.prefix ? shape.prefix_kv_capacity : 0;
   e.full_kv_capacity = e.full ? shape.full_kv_capacity : 0;

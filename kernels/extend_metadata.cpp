@@ -152,6 +152,18 @@ extend_tables extend_exact_tables(std::int32_t batch, std::int32_t max_seq_len,
   return t;
 }
 
+extend_params extend_sizing(std::int32_t batch, std::int32_t max_seq_len, std::int32_t page_size,
+                            std::int32_t extend_tokens) {
+  extend_params p;
+  static_cast<extend_tables&>(p) =
+      extend_exact_tables(batch, max_seq_len, page_size, extend_tokens);
+  p.batch = batch;
+  p.extend_tokens = extend_tokens;
+  p.page_size = page_size;
+  p.max_seq_len = max_seq_len;
+  return p;
+}
+
 extend_engine_reservation extend_engine_reservations(std::int32_t max_batch,
                                                      std::int32_t max_context_len,
                                                      std::int32_t page_size,

@@ -12,18 +12,8 @@
 #include "specgraph/runtime.hpp"
 
 namespace specgraph {
-namespace {
-
-void require_extend(const plan& p) {
-  SPECGRAPH_EXPECTS(p.layout.extend.enabled(), "draft_extend",
-                    "false: this plan has no draft-extend section (set draft_config::draft_extend "
-                    "with verify_tokens = W)");
-}
-
-}  // namespace
-
 void draft_runtime::set_extend_forward(extend_forward_fn f) {
-  require_extend(*plan_);
+  (void)buffers_.extend();  // throws invalid_argument ("draft_extend") without the section
   extend_forward_ = std::move(f);
 }
 
@@ -45,8 +35,7 @@ void draft_runtime::record_extend_body(std::int32_t bucket) {
 
 std::unique_ptr<graph> draft_runtime::capture_extend_graph(std::int32_t bucket) {
   ensure_usable();
-  require_extend(*plan_);
-  (void)buffers_.extend(bucket);  // validates the bucket first
+  (void)buffers_.extend(bucket);  // the section and the bucket, validated first
   const std::string what =
       "capture of the extend graph (bucket " + std::to_string(bucket) + ") failed: ";
   return detail::capture_body(*ex_, bucket, extend_graph_step, what, failure_,
@@ -71,7 +60,7 @@ void draft_runtime::capture_extend_graphs(capture_report& report,
 
 void draft_runtime::stage_extend(const std::vector<std::int32_t>& accept_len) {
   ensure_usable();
-  require_extend(*plan_);
+  (void)buffers_.extend();  // throws invalid_argument ("draft_extend") without the section
   if (verify_bucket_ == 0) {
     throw error(
         "stage_extend before stage_verify(): the extend round is the staged verify "
@@ -93,7 +82,7 @@ void draft_runtime::run_extend_eager() {
 
 void draft_runtime::replay_extend() {
   ensure_usable();
-  require_extend(*plan_);
+  (void)buffers_.extend();  // throws invalid_argument ("draft_extend") without the section
   if (!extend_captured_) {
     throw error("replay_extend before capture() with an extend forward: no extend graphs exist");
   }

@@ -162,6 +162,11 @@ std::int64_t extend_full_kv_capacity(std::int32_t batch, std::int32_t max_seq_le
 // Host only; arguments in the ranges of extend_params.
 extend_tables extend_exact_tables(std::int32_t batch, std::int32_t max_seq_len,
                                   std::int32_t page_size, std::int32_t extend_tokens);
+// The same as launch parameters without pointers: extend_exact_tables with batch, W, page size
+// and M set, what extend_shape_of needs to size each field of a bucket (the plan's section,
+// Python's views). Host only; arguments in the ranges of extend_params.
+extend_params extend_sizing(std::int32_t batch, std::int32_t max_seq_len, std::int32_t page_size,
+                            std::int32_t extend_tokens);
 // What SGLang 0.5.23 reserves for the same draft-extend forward (docs/extend.md), in elements:
 // FA3's page table max_batch x ceil(max_context_len / ps) int32, Triton's kv_indices and
 // FlashInfer's kv_indices max_batch * W * max_context_len (int64 and int32) and FlashInfer's

@@ -98,13 +98,8 @@ ffi_map extend_info(const plan& p) {
   const draft_config& c = p.config;
   ffi::Array<ffi::Any> buckets;  // in the plan's bucket order
   for (const std::int32_t bucket : c.buckets) {
-    extend_params shape;
-    static_cast<extend_tables&>(shape) =
-        extend_exact_tables(bucket, c.max_context_len, c.page_size, e.extend_tokens);
-    shape.batch = bucket;
-    shape.extend_tokens = e.extend_tokens;
-    shape.page_size = c.page_size;
-    shape.max_seq_len = c.max_context_len;
+    const extend_params shape =
+        extend_sizing(bucket, c.max_context_len, c.page_size, e.extend_tokens);
     ffi::Array<ffi::Any> fields;
     for (int l = 0; l < extend_layout_count; ++l) {
       for (int i = extend_layout_bounds[l]; i < extend_layout_bounds[l + 1]; ++i) {
