@@ -97,7 +97,7 @@ struct extend_stats {
   // Per path against the float64 reference: FA3's page table (C1), CSR's full layout (C2f) and
   // its prefix layout with the window from the forward's own tensors (C2p).
   double max_relative_error_fa3 = 0, max_relative_error_full = 0, max_relative_error_prefix = 0;
-  std::int64_t agreement_rounds = 0, agreement_outputs = 0;  // format both: fa3 vs csr full
+  std::int64_t agreement_rounds = 0, agreement_outputs = 0;  // format both: fa3 vs both csr
   double max_relative_difference = 0;
 };
 
