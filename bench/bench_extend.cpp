@@ -4,6 +4,8 @@
 // the bytes that call writes and the exact buffers' bytes. CUDA is timed with events (manual
 // time, host submission excluded); the host executor by wall clock.
 //
+// Page sizes 1, 16 (the torch peer's, bench/peer_extend_torch.py) and 64.
+//
 // Inputs (a closed form): `bucket` requests, request r at seq_len = M / 2 + (r * 2654435761) %
 // (M / 2 - 63) (spread over [M / 2, M - 64]), accept_len 1 + r % W, pool row r + 1,
 // req_to_token[i] = i (rows M + W wide), slot_limit the table's size. Buffers sized exactly
@@ -152,7 +154,7 @@ int main(int argc, char** argv) {
         guarded([kind](benchmark::State& s) { extend_benchmark(s, kind); }));
     b->ArgNames({"bucket", "W", "page_size", "M", "path"});
     for (std::int64_t bucket : {1, 8, 64, 256}) {
-      for (std::int64_t ps : {1, 64}) {
+      for (std::int64_t ps : {1, 16, 64}) {
         b->Args({bucket, 8, ps, 4096, 0});
         if (kind == "host") b->Args({bucket, 8, ps, 4096, 1});  // the host twin
       }
