@@ -192,12 +192,13 @@ def begin_in_place(g: Any, bucket: int, max_depth: int, min_confidence: float) -
     if g.device_steps or g.device_depth:
         begin_round_(g.bufs, max_depth, min_confidence)
     g.bucket, g.batch, g._next_step = bucket, bucket, 0
+    g.rounds += 1
     return bucket
 
 
 # ---- the one capture loop and async check of the Python drivers ----------------------------
-# DraftGraphs (specgraph.torch), VerifyGraphs (specgraph.verify_graphs) and the draft-extend
-# graphs to come capture with capture_graphs and check asynchronously with AsyncFlag.
+# DraftGraphs (specgraph.torch), VerifyGraphs (specgraph.verify_graphs) and ExtendGraphs
+# (specgraph.extend_graphs) capture with capture_graphs and check asynchronously with AsyncFlag.
 
 Key = Tuple[int, ...]
 

@@ -157,6 +157,7 @@ class DraftGraphs:
         self.replays: Counter[Tuple[int, int]] = Counter()
         self.bucket = 0  # of the last stage_()
         self.batch = 0
+        self.rounds = 0  # stage_ / begin_round_ calls: ExtendGraphs drops a round staged before
         self._next_step = 0
         # async checking: the count on the device and its pinned host copy (the shared AsyncFlag).
         self._async = AsyncFlag(self.device, 1, torch.int32)
@@ -277,6 +278,7 @@ class DraftGraphs:
                              max_depth, min_confidence, chosen)
         self.batch = bs
         self._next_step = 0
+        self.rounds += 1
         return self.bucket
 
     def begin_round_(self, bucket: int, max_depth: int = 0,
