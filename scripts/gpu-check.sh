@@ -36,7 +36,8 @@ set -uo pipefail
 
 # ---- step budgets, in seconds: the one place to change them ------------------------------------
 # Order is execution order: what needs no GPU, then the smoke step (the newest, riskiest paths:
-# their signal survives whatever fails later), then the rest by value per second, the sanitizers
+# their signal survives whatever fails later), the extend step (the draft-extend phase, the newest
+# code), then the rest by value per second, the sanitizers
 # (slowest, least likely to finish) last. Sum <= 480 - PACKAGING_RESERVE; the order rules and the
 # sum are checked at start and by the contract (scripts/gpu-check/contract.py).
 STEPS=(machine deps build smoke extend tests run-compare python torch-example benchmarks
