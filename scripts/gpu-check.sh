@@ -109,8 +109,11 @@ EXTEND_CPP=("extend_ops_test:Executors/ExtendOps.*/cuda" "runtime_extend_test:Ex
 EXTEND_CPP_SECONDS=8
 EXTEND_PYTEST=(python/tests/test_extend_cuda.py)
 # The benchmarks that answer the run's questions (docs/gpu-check.md), one program
-# run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex.
+# run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex. The
+# newest first (bench_extend: one run_extend_metadata at 6 cases), so a slow older one cannot
+# starve it.
 BENCH_RUNS=(
+  "extend|bench_extend|^extend/cuda/bucket:(1|64|256)/W:8/page_size:(1|64)/M:4096/path:0/"
   "expand|bench_metadata|^expand/(fused|multipass)/cuda/bucket:(1|64|256)/topk:8/page_size:16/step:(0|4)/"
   "capture_table|bench_graphs|^lifecycle/capture_table/[a-z_]+/cuda/"
   "step_time|bench_graphs|^replay/step_device_time/(graph|eager)/cuda/bucket:(1|64|256)/step:(0|4)/"
@@ -118,7 +121,6 @@ BENCH_RUNS=(
   "throughput|bench_throughput|^draft_step/(graph|eager)/cuda/bucket:(1|64|256)/step:(0|4)/"
   "csr|bench_csr|^csr/cuda/bucket:(8|64|256)/topk:8/ctx:4096/round:(0|1)/"
   "verify|bench_verify|^verify/cuda/bucket:(1|64|256)/D:(8|64)/page_size:(1|16)/ctx:4096/layout:(0|1)/"
-  "extend|bench_extend|^extend/cuda/bucket:(1|64|256)/W:8/page_size:(1|64)/M:4096/path:0/"
 )
 BENCH_MIN_TIME=0.005
 # The Python step's pytest selection: every GPU test file, found by name (a new *_cuda.py joins
