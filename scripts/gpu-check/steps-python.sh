@@ -116,7 +116,7 @@ step_extend() {
   [ "$n" -gt 0 ] || { why+=("${EXTEND_PYTEST[*]} holds no test"); rc=1; }
   if [ "$SG_DRY" = 1 ]; then
     [ ${#why[@]} = 0 ] || { note "dry run: extend selection: ${why[*]}"; return 1; }
-    note "skipped (dry run): needs a GPU; the C++ filters select tests, ${EXTEND_PYTEST[*]} holds $n"
+    note "skipped (dry run): needs a GPU; the C++ filters select tests, ${EXTEND_PYTEST[*]} holds $n test functions"
     exit $EX_SKIP
   fi
   [ -f "$(py_lib)" ] || { note "C++ $cpp/$cpp_total passed; no Python extension built (tvm_ffi missing?)"; return 1; }
