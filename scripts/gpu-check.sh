@@ -36,11 +36,12 @@ set -uo pipefail
 
 # ---- step budgets, in seconds: the one place to change them ------------------------------------
 # Order is execution order: what needs no GPU, then the smoke step (the newest, riskiest paths:
-# their signal survives whatever fails later), then the rest by value per second, the sanitizers
+# their signal survives whatever fails later), the extend step (the draft-extend phase, the newest
+# code), then the rest by value per second, the sanitizers
 # (slowest, least likely to finish) last. Sum <= 480 - PACKAGING_RESERVE; the order rules and the
 # sum are checked at start and by the contract (scripts/gpu-check/contract.py).
-STEPS=(machine deps build smoke tests run-compare python torch-example benchmarks peer-torch
-  peer-csr memcheck initcheck)
+STEPS=(machine deps build smoke extend tests run-compare python torch-example benchmarks
+  peer-torch peer-csr memcheck initcheck)
 declare -A BUDGET=(
   [machine]=15        # three nvidia-smi calls: the first on a cold machine starts the driver's
                       # persistence (seconds); tool versions ~1 s
@@ -52,19 +53,23 @@ declare -A BUDGET=(
   [smoke]=40          # WHILE-node, device-counter, CSR, verify and executor-event C++ tests on
                       # CUDA (~10 s, each binary at most 10 s), the torch device-depth tests:
                       # torch import + CUDA context ~8 s
+  [extend]=25         # the draft-extend phase, the newest code: its three C++ binaries' cuda
+                      # tests (each at most 8 s), then python/tests/test_extend_cuda.py (a
+                      # torch import + CUDA context ~8 s, 100 small rounds)
   [tests]=45          # every ctest test (not python.pytest), cuda instances included
   [run-compare]=15    # two small seeded simulated runs (both formats), a few seconds each
-  [python]=40         # pytest over every python/tests/*_cuda.py in one call (the CPU rest runs
-                      # in CI): one torch import, ~25 s of tests
+  [python]=32         # pytest over every python/tests/*_cuda.py but the extend step's, in one
+                      # call (the CPU rest runs in CI): one torch import, ~20 s of tests
   [torch-example]=40  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each; examples/engine_runner.py
                       # (10 s of it: a torch import, 4 graphs, 12 rounds)
-  [benchmarks]=55     # the selection in BENCH_RUNS (~84 cuda benchmarks at min_time 0.005 s)
+  [benchmarks]=55     # the selection in BENCH_RUNS (~90 cuda benchmarks at min_time 0.005 s)
   [peer-torch]=15     # bench/peer_torch.py at buckets 1, 64, 256
   [peer-csr]=20       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
                       # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
-  [memcheck]=28       # cuda tests of the binaries that have some, newest first, 4 at a time
-  [initcheck]=22      # same, initcheck
+  [memcheck]=21       # cuda tests of the binaries that have some, newest first (the extend
+                      # binaries), 4 at a time
+  [initcheck]=17      # same, initcheck
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
 TOTAL_LIMIT=480
@@ -95,9 +100,20 @@ SMOKE_CPP=("device_steps_test:Executors/DeviceSteps.*/cuda" "round_limits_test:E
 SMOKE_PROPERTY_CASES=200  # SPECGRAPH_PROPERTY_CASES of the smoke's C++ runs (random-case tests)
 # ... and its torch part: the DraftGraphs device-counter and device-depth tests on the GPU.
 SMOKE_PYTEST=(python/tests/test_torch_cuda.py -k "device_counter or device_decide_the_depth")
+# The extend step (issue 30, the draft-extend phase): binary:gtest filter of its CUDA tests (the
+# metadata over the arena or the engine's tensors, the per-bucket extend graphs, the main job's
+# extend round; extend_metadata_test is host-only), at SMOKE_PROPERTY_CASES, each at most
+# EXTEND_CPP_SECONDS, then the Python files (the python step leaves them out).
+EXTEND_CPP=("extend_ops_test:Executors/ExtendOps.*/cuda" "runtime_extend_test:Executors/RuntimeExtend.*/cuda"
+            "sim_extend_round_test:Executors/SimExtendRound.*/cuda")
+EXTEND_CPP_SECONDS=8
+EXTEND_PYTEST=(python/tests/test_extend_cuda.py)
 # The benchmarks that answer the run's questions (docs/gpu-check.md), one program
-# run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex.
+# run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex. The
+# newest first (bench_extend: one run_extend_metadata at 6 cases), so a slow older one cannot
+# starve it.
 BENCH_RUNS=(
+  "extend|bench_extend|^extend/cuda/bucket:(1|64|256)/W:8/page_size:(1|64)/M:4096/path:0/"
   "expand|bench_metadata|^expand/(fused|multipass)/cuda/bucket:(1|64|256)/topk:8/page_size:16/step:(0|4)/"
   "capture_table|bench_graphs|^lifecycle/capture_table/[a-z_]+/cuda/"
   "step_time|bench_graphs|^replay/step_device_time/(graph|eager)/cuda/bucket:(1|64|256)/step:(0|4)/"

@@ -18,6 +18,8 @@ QUESTIONS = [
     ("while_round", "the WHILE (device-depth) round against per-step replay, same tables"),
     ("csr", "CSR kv_indptr/kv_indices: one step and a whole round against the torch op chain"),
     ("verify", "verify metadata (FA3 cascade, FlashInfer with packed mask): build time per bucket"),
+    ("extend", "draft-extend metadata: the extend step's CUDA tests, device time per bucket, and "
+               "the main job's extend step"),
 ]
 BUCKETS = (1, 64, 256)
 
@@ -184,7 +186,10 @@ def main_job(work):
         raise Missing(why_not(work, "run-compare"))
     return (f"verified: max relative error {c['cuda_max_relative_error']} (tolerance "
             f"{c.get('tolerance', '?')}) over {c.get('rounds', '?')} rounds, every round checked; "
-            f"the host executor's report agrees ({c.get('host_max_relative_error', '?')})")
+            f"the host executor's report agrees ({c.get('host_max_relative_error', '?')}); "
+            f"extend step {c.get('cuda_extend_max_relative_error', '?')} over "
+            f"{c.get('extend_rounds', '?')} rounds, fa3 vs csr "
+            f"{c.get('cuda_extend_fa3_vs_csr', '?')}, PASSED and AGREE")
 
 
 def sanitizers(work):
@@ -255,6 +260,36 @@ def verify(work):
                          " MiB)")
         parts.append(f"bucket {bucket}: " + ", ".join(cells))
     return "ctx 4096, device time: " + "; ".join(parts)
+
+
+def extend(work):
+    """The extend step's tests (must have run), bench_extend's cuda times (bucket 1, 64, 256 at
+    page sizes 1 and 64; W 8, M 4096), and the main job's extend step when run-compare passed."""
+    status = read(work, "status", "extend")
+    if status not in ("ok", "failed", "timeout"):
+        raise Missing(why_not(work, "extend"))
+    text = f"tests {status}: {read(work, 'notes', 'extend').splitlines()[0]}"
+    try:
+        runs = bench(work, "extend")
+        cells = []
+        for bucket in BUCKETS:
+            parts = []
+            for ps in (1, 64):
+                b = pick(runs, "extend/cuda", bucket=bucket, W=8, page_size=ps, M=4096, path=0)
+                parts.append(f"ps {ps} {fmt(us(b))} us ({fmt(b['bytes_written'] / 2**20)} MiB "
+                             f"written of {fmt(b['buffer_bytes'] / 2**20)} MiB)")
+            cells.append(f"bucket {bucket}: " + ", ".join(parts))
+        text += "; device time, W 8, M 4096: " + "; ".join(cells)
+    except Missing as e:
+        text += f"; bench_extend: not answered ({e})"
+    c = counts(work, "run-compare")
+    if read(work, "status", "run-compare") == "ok" and "cuda_extend_max_relative_error" in c:
+        text += (f"; main job extend step: max relative error "
+                 f"{c['cuda_extend_max_relative_error']} over {c.get('extend_rounds', '?')} "
+                 f"rounds, fa3 vs csr {c.get('cuda_extend_fa3_vs_csr', '?')}")
+    else:
+        text += f"; main job extend step: not answered ({why_not(work, 'run-compare')})"
+    return text
 
 
 def main(argv):

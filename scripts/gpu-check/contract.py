@@ -21,8 +21,8 @@ build and before every other GPU step; the smoke budget at most 40 s; the budget
 packaging reserve at most 480 s; no budget below its step's measured CPU-side cost (MEASURED_COST).
 With --dry-run also: the summary says dry_run, every step that needs a GPU is 'skipped' with a
 note saying 'dry run', no step failed or timed out, the sanitizers' binary selection leaves out
-the binaries without CUDA tests, every benchmark selection matches benchmarks, and the python
-step finds GPU test files.
+the binaries without CUDA tests, every benchmark selection matches benchmarks, the extend step
+selects Python GPU tests and the python step finds GPU test files.
 --self-test: the checks above go red on a broken order, a budget sum over the limit, a smoke
 budget over its limit, a budget below its measured cost (synthetic plans).
 Exit status 0 when the contract holds; 1 with one line per violation otherwise.
@@ -33,10 +33,10 @@ import re
 import sys
 import tarfile
 
-STEPS = ["machine", "deps", "build", "smoke", "tests", "run-compare", "python", "torch-example",
-         "benchmarks", "peer-torch", "peer-csr", "memcheck", "initcheck"]
+STEPS = ["machine", "deps", "build", "smoke", "extend", "tests", "run-compare", "python",
+         "torch-example", "benchmarks", "peer-torch", "peer-csr", "memcheck", "initcheck"]
 NO_GPU_STEPS = ["machine", "deps", "build"]  # first, in this order
-GPU_STEPS = {"smoke", "tests", "run-compare", "memcheck", "initcheck", "python", "torch-example",
+GPU_STEPS = {"smoke", "extend", "tests", "run-compare", "memcheck", "initcheck", "python", "torch-example",
              "benchmarks", "peer-torch", "peer-csr"}
 STATUSES = {"ok", "failed", "timeout", "skipped", "refused"}
 MAX_FILES, MAX_DEPTH, MAX_BYTES, LIMIT_SECONDS, SMOKE_LIMIT = 8, 2, 16 << 20, 480, 40
@@ -53,7 +53,7 @@ MEASURED_COST = {
 }
 # What the run must answer (docs/gpu-check.md): the summary's answers, by id.
 QUESTIONS = ["capture", "step_time", "expand", "main_job", "sanitizers", "while_round", "csr",
-             "verify"]
+             "verify", "extend"]
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -183,6 +183,9 @@ def check(results, dry_run):
                 if not (isinstance(sel, int) and isinstance(tot, int) and 0 < sel < tot):
                     problems.append(f"dry run: {san} selected {sel} of {tot} test binaries "
                                     "(want some, and not those without CUDA tests)")
+            ext = by_name.get("extend", {}).get("counts", {}).get("torch_selected")
+            if not (isinstance(ext, int) and ext > 0):
+                problems.append(f"dry run: the extend step selects {ext} Python GPU tests")
             gpu_files = by_name.get("python", {}).get("counts", {}).get("gpu_files")
             if not (isinstance(gpu_files, int) and gpu_files > 0):
                 problems.append(f"dry run: the python step selects {gpu_files} GPU test files")
@@ -235,9 +238,9 @@ def check(results, dry_run):
 
 def self_test():
     """The plan rules and the answers check go red on what they must refuse."""
-    good = {"machine": 15, "deps": 35, "build": 90, "smoke": 40, "tests": 45, "run-compare": 15,
-            "python": 40, "torch-example": 40, "benchmarks": 55, "peer-torch": 15, "peer-csr": 20,
-            "memcheck": 28, "initcheck": 22}
+    good = {"machine": 15, "deps": 35, "build": 90, "smoke": 40, "extend": 25, "tests": 45,
+            "run-compare": 15, "python": 32, "torch-example": 40, "benchmarks": 55,
+            "peer-torch": 15, "peer-csr": 20, "memcheck": 21, "initcheck": 17}
     failures = []
 
     def expect(label, names, budgets, reserve, says=None):
@@ -248,7 +251,7 @@ def self_test():
             failures.append(f"{label}: expected a problem saying {says!r}, got {got}")
 
     expect("the plan", STEPS, good, 15)
-    swapped = STEPS[:3] + ["tests", "smoke"] + STEPS[5:]
+    swapped = STEPS[:3] + ["tests", "smoke"] + [n for n in STEPS[3:] if n not in ("tests", "smoke")]
     expect("smoke after tests", swapped, {n: good[n] for n in swapped}, 15, "right after the build")
     late = [n for n in STEPS if n != "smoke"] + ["smoke"]
     expect("smoke last", late, {n: good[n] for n in late}, 15, "GPU steps before the smoke")
@@ -258,7 +261,7 @@ def self_test():
     expect("budgets over 480", STEPS, dict(good, benchmarks=good["benchmarks"] + spare + 1), 15,
            "> 480 s")
     expect("reserve over 480", STEPS, good, 15 + spare + 1, "> 480 s")
-    expect("smoke over 40", STEPS, dict(good, smoke=41, initcheck=21), 15, "smoke budget 41")
+    expect("smoke over 40", STEPS, dict(good, smoke=41, initcheck=good["initcheck"] - 1), 15, "smoke budget 41")
     for n, (cost, _) in MEASURED_COST.items():
         expect(f"{n} below its measured cost", STEPS, dict(good, **{n: cost - 1}), 15,
                f"{n} budget {cost - 1} s < its measured CPU-side cost")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Part of scripts/gpu-check.sh (sourced in step mode): the smoke, python, torch-example,
+# Part of scripts/gpu-check.sh (sourced in step mode): the smoke, extend, python, torch-example,
 # peer-torch and peer-csr steps. Python runs the source tree's package with the extension the build step built
 # (py_env in steps-build.sh), as ctest's python.pytest does.
 # shellcheck disable=SC2317,SC2034
@@ -37,12 +37,13 @@ pytest_run() {
     --junitxml="$junit" "$@"
 }
 
-# The newest, riskiest paths first, right after the build: the WHILE node and the device counter
-# in C++ on CUDA, time_device (the benchmarks' clock), and the torch device-depth tests.
-step_smoke() {
-  local rc=0 entry why=() cpp=0 cpp_total=0 t0
-  t0=$(date +%s)
-  for entry in "${SMOKE_CPP[@]}"; do
+# gtest_entries SECONDS TAG ENTRY...: each binary:filter ENTRY's tests on CUDA (at most SECONDS
+# each, SMOKE_PROPERTY_CASES), one JUnit file each (logs/TAG-BINARY.xml); the dry run only checks
+# that every filter selects tests. Adds to the caller's rc, why, cpp (passed) and cpp_total.
+gtest_entries() {
+  local seconds=$1 tag=$2 entry
+  shift 2
+  for entry in "$@"; do
     local bin=$SG_BUILD/tests/${entry%%:*} filter=${entry#*:} n
     [ -x "$bin" ] || { why+=("no ${entry%%:*}"); rc=1; continue; }
     n=$("$bin" --gtest_list_tests --gtest_filter="$filter" | grep -c '^  ')
@@ -51,12 +52,20 @@ step_smoke() {
     [ "$SG_DRY" = 1 ] && continue
     banner "${entry%%:*} --gtest_filter=$filter"
     REQUIRE_GPU=1 CUDA_MODULE_LOADING=EAGER SPECGRAPH_PROPERTY_CASES=$SMOKE_PROPERTY_CASES \
-      timeout -k 2 10 "$bin" --gtest_filter="$filter" \
-      --gtest_output="xml:$SG_LOGS/smoke-${entry%%:*}.xml" || { why+=("${entry%%:*} failed"); rc=1; }
+      timeout -k 2 "$seconds" "$bin" --gtest_filter="$filter" \
+      --gtest_output="xml:$SG_LOGS/$tag-${entry%%:*}.xml" || { why+=("${entry%%:*} failed"); rc=1; }
     local got
-    got=$(junit_counts "$SG_LOGS/smoke-${entry%%:*}.xml" "${entry%%_test*}_")
+    got=$(junit_counts "$SG_LOGS/$tag-${entry%%:*}.xml" "${entry%%_test*}_")
     cpp=$((cpp + ${got%/*})) cpp_total=$((cpp_total + ${got#*/}))
   done
+}
+
+# The newest, riskiest paths first, right after the build: the WHILE node and the device counter
+# in C++ on CUDA, time_device (the benchmarks' clock), and the torch device-depth tests.
+step_smoke() {
+  local rc=0 why=() cpp=0 cpp_total=0 t0
+  t0=$(date +%s)
+  gtest_entries 10 smoke "${SMOKE_CPP[@]}"
   if [ "$SG_DRY" = 1 ]; then
     # The torch part's -k must still name tests (they skip at import without a GPU, so pytest
     # cannot collect them here): pytest's own -k matching over the file's test names.
@@ -91,6 +100,44 @@ PY
   return $rc
 }
 
+# The draft-extend phase (issue 30), right after the smoke step: its C++ cuda tests (EXTEND_CPP),
+# then its Python GPU files (EXTEND_PYTEST: extend_metadata_ and extend_arena_ on CUDA tensors
+# against the independent reference), one JUnit file each. The benchmarks step times it
+# (bench_extend) and run-compare checks the main job's extend step.
+step_extend() {
+  local rc=0 why=() cpp=0 cpp_total=0 t0 f n=0
+  t0=$(date +%s)
+  gtest_entries "$EXTEND_CPP_SECONDS" extend "${EXTEND_CPP[@]}"
+  for f in "${EXTEND_PYTEST[@]}"; do
+    [ -f "$f" ] || { why+=("no $f"); rc=1; continue; }
+    n=$((n + $(grep -cE '^def test_' "$f")))
+  done
+  count torch_selected "$n"
+  [ "$n" -gt 0 ] || { why+=("${EXTEND_PYTEST[*]} holds no test"); rc=1; }
+  if [ "$SG_DRY" = 1 ]; then
+    [ ${#why[@]} = 0 ] || { note "dry run: extend selection: ${why[*]}"; return 1; }
+    note "skipped (dry run): needs a GPU; the C++ filters select tests, ${EXTEND_PYTEST[*]} holds $n test functions"
+    exit $EX_SKIP
+  fi
+  [ -f "$(py_lib)" ] || { note "C++ $cpp/$cpp_total passed; no Python extension built (tvm_ffi missing?)"; return 1; }
+  local py left=$((SG_BUDGET - 6 - ($(date +%s) - t0)))
+  banner "pytest ${EXTEND_PYTEST[*]} ($left s)"
+  if [ "$left" -lt 5 ]; then
+    why+=("no time left for pytest"); rc=1
+  else
+    pytest_run "$left" "$SG_LOGS/extend-pytest.xml" "${EXTEND_PYTEST[@]}" ||
+      { why+=("torch extend tests failed"); rc=1; }
+  fi
+  py=$(junit_counts "$SG_LOGS/extend-pytest.xml" torch_)
+  [ "${py#*/}" -gt 0 ] || { why+=("no torch extend test ran"); rc=1; }
+  if [ $rc = 0 ]; then
+    note "C++ extend ops/graphs/main-job round $cpp/$cpp_total passed; torch extend $py passed"
+  else
+    note "C++ $cpp/$cpp_total, torch $py passed; ${why[*]}"
+  fi
+  return $rc
+}
+
 # pytest over every GPU test file (PYTEST_GPU_GLOB: python/tests/*_cuda.py, found by name, so a
 # new one joins by itself) in one call and one JUnit file. The CPU tests run in CI (ctest's
 # python.pytest) and are not repeated here: on the GPU machine they only spent its budget (they
@@ -98,7 +145,9 @@ PY
 # the counts of the tests that ran (pytest writes its JUnit file on SIGINT).
 step_python() {
   local files=() f
-  for f in $PYTEST_GPU_GLOB; do [ -f "$f" ] && files+=("$f"); done
+  for f in $PYTEST_GPU_GLOB; do  # the extend step's files ran there
+    [ -f "$f" ] && [[ " ${EXTEND_PYTEST[*]} " != *" $f "* ]] && files+=("$f")
+  done
   if [ "$SG_DRY" = 1 ]; then
     ((${#files[@]})) || { note "dry run: $PYTEST_GPU_GLOB matches no file"; return 1; }
     count gpu_files "${#files[@]}"

@@ -12,21 +12,56 @@ step_run_compare() {
   local rc=0 r why=""
   for r in "${runs[@]}"; do
     banner "specgraph run --executor ${r%%:*} ${RUN_CONFIG[*]}"
+    # The text report too (run-NAME.out): the compare below wants its PASSED/AGREE lines.
     CUDA_MODULE_LOADING=EAGER "$tool" run --executor "${r%%:*}" "${RUN_CONFIG[@]}" --json "$SG_LOGS/run-${r#*:}.json" \
-      2>"$SG_WORK/run-compare.err" || { rc=1; why+="${r%%:*} run: $(tail -1 "$SG_WORK/run-compare.err"); "; }
+      2>"$SG_WORK/run-compare.err" | tee "$SG_WORK/run-${r#*:}.out"
+    [ "${PIPESTATUS[0]}" = 0 ] || { rc=1; why+="${r%%:*} run: $(tail -1 "$SG_WORK/run-compare.err"); "; }
     cat "$SG_WORK/run-compare.err"
   done
   banner compare
   python3 - "$SG_LOGS/run-${runs[0]#*:}.json" "$SG_LOGS/run-${runs[1]#*:}.json" \
-    "$SG_WORK/counts/$SG_STEP" <<'EOF' || rc=1
-import json, sys
-pa, pb, counts = sys.argv[1:4]
+    "$SG_WORK/counts/$SG_STEP" "$SG_WORK/run-${runs[0]#*:}.out" "$SG_WORK/run-${runs[1]#*:}.out" <<'EOF' || rc=1
+import json, re, sys
+pa, pb, counts, oa, ob = sys.argv[1:6]
 try:
     a, b = json.load(open(pa)), json.load(open(pb))
 except Exception as e:  # a run failed before writing its report
     print(f"cannot read both reports: {e}")
     sys.exit(1)
 problems = []
+# Every phase's checks as the text report states them (RUN_CONFIG has --format both): the draft
+# steps, the verify step and the draft-extend step (issue 30), each PASSED, fa3 and csr AGREE.
+LINES = [r"verification: .*: PASSED", r"fa3 vs csr: .*: AGREE", r"verify step: .*: PASSED",
+         r"verify step fa3 vs csr: .*: AGREE", r"extend step: .*: PASSED",
+         r"extend step fa3 vs csr: .*: AGREE"]
+for r, path in ((a, oa), (b, ob)):
+    try:
+        text = open(path).read()
+    except OSError as e:
+        problems.append(f"{r['executor']}: no text report ({e})")
+        continue
+    for want in LINES:
+        if not re.search(rf"^{want}$", text, re.M):
+            problems.append(f"{r['executor']}: no '{want}' line")
+# The extend step in the JSON: every round verified on every path, within the tolerance, fa3
+# compared with csr; its host-decided work equal across the two runs.
+for r in (a, b):
+    x, tol = r.get("extend_step"), r["verification"]["tolerance"]
+    if not x:
+        problems.append(f"{r['executor']}: no extend_step in the report")
+        continue
+    if x["verified_rounds"] != r["rounds"] or x["steps"] != r["rounds"]:
+        problems.append(f"{r['executor']} extend step: {x['steps']} steps, {x['verified_rounds']}"
+                        f" verified of {r['rounds']} rounds")
+    worst = max(x["max_relative_error_fa3"], x["max_relative_error_full"],
+                x["max_relative_error_prefix"])
+    if worst > tol or x["max_relative_difference"] > tol or x["agreement_outputs"] <= 0:
+        problems.append(f"{r['executor']} extend step: error {worst}, fa3 vs csr "
+                        f"{x['max_relative_difference']} over {x['agreement_outputs']} outputs")
+xa, xb = a.get("extend_step") or {}, b.get("extend_step") or {}
+for key in ("steps", "requests", "window_tokens"):
+    if xa.get(key) != xb.get(key):
+        problems.append(f"extend step {key}: {xa.get(key)} vs {xb.get(key)}")
 for r in (a, b):
     v = r["verification"]
     if not v.get("passed") or v["max_relative_error"] > v["tolerance"]:
@@ -49,6 +84,13 @@ with open(counts, "a") as f:
         f.write(f"{e}_max_relative_error={r['verification']['max_relative_error']:.3e}\n")
         f.write(f"{e}_run_seconds={r['run_seconds']:.4f}\n")
         f.write(f"{e}_capture_seconds={r['capture']['total_seconds']:.4f}\n")
+        x = r.get("extend_step") or {}
+        if x:
+            f.write(f"{e}_extend_max_relative_error={max(x['max_relative_error_fa3'], x['max_relative_error_full'], x['max_relative_error_prefix']):.3e}\n")
+            f.write(f"{e}_extend_fa3_vs_csr={x['max_relative_difference']:.3e}\n")
+            f.write(f"{e}_extend_accepted={x['accepted']}\n")
+    if xa:
+        f.write(f"extend_rounds={xa['verified_rounds']}\nextend_window_tokens={xa['window_tokens']}\n")
     f.write(f"tolerance={a['verification']['tolerance']:.1e}\n")
     f.write(f"rounds={a['rounds']}\n")
     if a["run_seconds"] > 0 and a["executor"] != b["executor"]:
