@@ -38,10 +38,10 @@ inline void accept_exact(const accept_case& c, std::int64_t* caps) {
 }
 
 // caps: the capacity of each output (null: exact).
-inline accept_outputs run_accept_case(executor& ex, const accept_case& c, bool host_twin,
-                                      bool device_word = false,
-                                      const std::int64_t* caps = nullptr) {
-  accept_outputs o;
+// The outputs are made in o before the call, so a refusal (an exception) leaves them to inspect.
+inline void run_accept_into(accept_outputs& o, executor& ex, const accept_case& c, bool host_twin,
+                            bool device_word = false, const std::int64_t* caps = nullptr,
+                            const std::int32_t* word_value = nullptr) {
   if (caps == nullptr) {
     accept_exact(c, o.capacity);
   } else {
@@ -50,7 +50,9 @@ inline accept_outputs run_accept_case(executor& ex, const accept_case& c, bool h
   for (int i = 0; i < accept_output_count; ++i) {
     o.cells[i].assign(static_cast<std::size_t>(o.capacity[i] + accept_slack), accept_poison);
   }
-  o.guard.assign(accept_guard_count, guard_word{});
+  guard_word stale{};
+  stale.violations = 77;  // a previous round's words: run_accept resets them
+  o.guard.assign(accept_guard_count, stale);
   accept_params p;
   p.parent = c.parent.data();
   p.draft_token = c.draft.data();
@@ -58,7 +60,7 @@ inline accept_outputs run_accept_case(executor& ex, const accept_case& c, bool h
   p.seq_len = c.seq_len.data();
   p.batch = c.bucket;
   p.real_batch = c.real_batch;
-  const std::int32_t word = c.real_batch;
+  const std::int32_t word = word_value != nullptr ? *word_value : c.real_batch;
   if (device_word) {
     p.real_batch = c.bucket;
     p.real_batch_at = &word;
@@ -82,6 +84,13 @@ inline accept_outputs run_accept_case(executor& ex, const accept_case& c, bool h
   p.guard = o.guard.data();
   run_accept(ex, p, host_twin);
   ex.synchronize();
+}
+
+inline accept_outputs run_accept_case(executor& ex, const accept_case& c, bool host_twin,
+                                      bool device_word = false,
+                                      const std::int64_t* caps = nullptr) {
+  accept_outputs o;
+  run_accept_into(o, ex, c, host_twin, device_word, caps);
   return o;
 }
 
