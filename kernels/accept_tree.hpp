@@ -106,6 +106,8 @@ struct accept_path {
   std::int32_t last = 0;
 };
 
+// The num_steps bound cannot bind on a tree that passed accept_check (no reachable node lies
+// deeper); it keeps the loop finite and the outputs in shape whatever the caller skipped.
 SPECGRAPH_HD accept_path accept_walk(const accept_tree& t, std::int32_t num_steps) {
   accept_path a;
   while (a.length < num_steps) {
