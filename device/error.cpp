@@ -73,6 +73,8 @@ const char* to_string(kernel_id k) noexcept {
     case kernel_id::extend_triton_kv_indices: return "extend_triton_kv_indices";
     case kernel_id::extend_flashinfer_kv_indices: return "extend_flashinfer_kv_indices";
     case kernel_id::extend_select_index: return "extend_select_index";
+    case kernel_id::accept_metadata: return "accept_metadata";
+    case kernel_id::accept_outputs: return "accept_outputs";
   }
   return "unknown";
 }

@@ -1,6 +1,7 @@
 // CUDA trampolines of the built-in metadata kernels. The per-row code is in the headers beside
 // this file and is the same code the host executor runs.
 #include "device/kernel_preload.hpp"
+#include "kernels/accept_fill.hpp"
 #include "kernels/builtin_kernels.hpp"
 #include "kernels/draft_kv_indices.hpp"
 #include "kernels/expand_page_table.hpp"

@@ -36,7 +36,8 @@
   X(extend_tokens_fill)              \
   X(extend_page_fill)                \
   X(extend_prefix_fill)              \
-  X(extend_full_fill)
+  X(extend_full_fill)                \
+  X(accept)
 
 namespace specgraph::kernels {
 

@@ -35,6 +35,9 @@ enum class kernel_id : std::int32_t {
   extend_triton_kv_indices = 16,      // CSR prefix-layout kv_indices past their capacity
   extend_flashinfer_kv_indices = 17,  // CSR full-layout kv_indices past their capacity
   extend_select_index = 18,           // a real request's accept length of 0
+  // Greedy tree acceptance (docs/accept.md).
+  accept_metadata = 19,  // bad input of the acceptance kernel (seq_len, parent, depth)
+  accept_outputs = 20,   // acceptance outputs past their capacity
 };
 
 enum class violation_kind : std::int32_t {
