@@ -41,13 +41,14 @@ import platform
 import random
 import subprocess
 import sys
-import time
 
 try:
     import torch
 except ImportError:
     print("peer_verify_torch: torch is not installed; nothing to compare")
     sys.exit(77)
+
+from peer_timing import as_graph, timed  # noqa: E402 (after torch is found)
 
 
 class Chains:
@@ -235,39 +236,6 @@ def closed_form(bucket, d, ps, ctx, dev):
     buf, _ = engine_mask(seq, bucket, d, parents, bucket * d * (ctx + d))
     return seq, Chains(seq, list(range(1, bucket + 1)), rtt, buf, d, ps, ctx, dev)
 
-
-def timed(fn, iters, dev):
-    """Seconds per call: CUDA events on a GPU; on the CPU the best of `iters` calls by the wall
-    clock and by the process's CPU time."""
-    for _ in range(2):
-        fn()
-    if dev.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters, None
-    wall = cpu = float("inf")
-    for _ in range(iters):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        wall, cpu = min(wall, time.perf_counter() - t), min(cpu, time.process_time() - c)
-    return wall, cpu
-
-
-def as_graph(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
 
 
 def specgraph_times(bench, executor, keys, min_time):
