@@ -75,6 +75,11 @@ const char* to_string(kernel_id k) noexcept {
     case kernel_id::extend_select_index: return "extend_select_index";
     case kernel_id::accept_metadata: return "accept_metadata";
     case kernel_id::accept_outputs: return "accept_outputs";
+    case kernel_id::commit_metadata: return "commit_metadata";
+    case kernel_id::commit_outputs: return "commit_outputs";
+    case kernel_id::next_round_alloc: return "next_round_alloc";
+    case kernel_id::next_round_slots: return "next_round_slots";
+    case kernel_id::next_round_outputs: return "next_round_outputs";
   }
   return "unknown";
 }
@@ -87,6 +92,9 @@ const char* to_string(violation_kind k) noexcept {
     case violation_kind::bad_input: return "bad input";
     case violation_kind::order: return "order";
     case violation_kind::accept_len: return "accept_len";
+    case violation_kind::row_width: return "row_width";
+    case violation_kind::ring: return "ring";
+    case violation_kind::unbacked: return "unbacked";
   }
   return "unknown";
 }

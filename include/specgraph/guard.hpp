@@ -38,6 +38,13 @@ enum class kernel_id : std::int32_t {
   // Greedy tree acceptance (docs/accept.md).
   accept_metadata = 19,  // bad input of the acceptance kernel (seq_len, parent, depth)
   accept_outputs = 20,   // acceptance outputs past their capacity
+  // The commit (docs/commit.md).
+  commit_metadata = 21,  // bad input of the commit kernel
+  commit_outputs = 22,   // commit outputs past their capacity
+  // The next round's inputs (docs/next-round.md).
+  next_round_alloc = 23,    // a row too narrow for its allocation, or the page ring short
+  next_round_slots = 24,    // bad input, or a next-round position past allocated_len
+  next_round_outputs = 25,  // next-round outputs past their capacity
 };
 
 enum class violation_kind : std::int32_t {
@@ -51,6 +58,15 @@ enum class violation_kind : std::int32_t {
   // A real request's accept length was 0 (docs/extend.md): its select_index is r * W (row the
   // request's first window token); row the request, value 0.
   accept_len = 5,
+  // A row's allocation nxt is past its req_to_token width: row the request, column -1, capacity
+  // the width, value nxt (docs/next-round.md); the row takes no page.
+  row_width = 6,
+  // The page ring holds fewer pages than the round takes: row -1, column -1, capacity the pages
+  // available (clamped to int32), value the pages needed; no row takes a page.
+  ring = 7,
+  // A next-round position is not backed (>= allocated_len): row the request, column the
+  // smallest such position, capacity allocated_len, value the position; its slot is given as 0.
+  unbacked = 8,
 };
 
 // The round's progress, kept in the arena's round.progress word (docs/metadata.md section 11):
