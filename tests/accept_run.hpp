@@ -10,6 +10,7 @@
 #include "specgraph/accept_metadata.hpp"
 #include "specgraph/executor.hpp"
 #include "tests/accept_reference.hpp"
+#include "tests/test_support.hpp"
 
 namespace specgraph::testing {
 
@@ -91,6 +92,67 @@ inline accept_outputs run_accept_case(executor& ex, const accept_case& c, bool h
                                       const std::int64_t* caps = nullptr) {
   accept_outputs o;
   run_accept_into(o, ex, c, host_twin, device_word, caps);
+  return o;
+}
+
+// The launcher on any executor (the cuda one on a GPU) with every input, output and guard word in
+// executor memory: inputs uploaded, outputs uploaded poisoned (slack included) and downloaded
+// after the launch, the guard words uploaded stale (run_accept resets them on the stream). With
+// device_word the real batch is read from a word in executor memory holding c.real_batch.
+inline accept_outputs run_accept_on(executor& ex, const accept_case& c, bool device_word,
+                                    const std::int64_t* caps = nullptr) {
+  accept_outputs o;
+  if (caps == nullptr) {
+    accept_exact(c, o.capacity);
+  } else {
+    for (int i = 0; i < accept_output_count; ++i) o.capacity[i] = caps[i];
+  }
+  auto nonempty = [](const std::vector<std::int32_t>& v) {
+    return v.empty() ? std::vector<std::int32_t>{0} : v;  // B = 0: a valid, never read pointer
+  };
+  dvec<std::int32_t> parent(ex, nonempty(c.parent)), draft(ex, nonempty(c.draft)),
+      target(ex, nonempty(c.target)), seq_len(ex, nonempty(c.seq_len));
+  dvec<std::int32_t> word(ex, std::vector<std::int32_t>{c.real_batch});
+  std::vector<dvec<std::int32_t>> out;
+  for (int i = 0; i < accept_output_count; ++i) {
+    out.emplace_back(ex, static_cast<std::size_t>(o.capacity[i] + accept_slack), accept_poison);
+  }
+  guard_word stale{};
+  stale.violations = 77;
+  dvec<guard_word> guard(ex, std::vector<guard_word>(accept_guard_count, stale));
+  accept_params p;
+  p.parent = parent.data();
+  p.draft_token = draft.data();
+  p.target_predict = target.data();
+  p.seq_len = seq_len.data();
+  p.batch = c.bucket;
+  p.real_batch = device_word ? c.bucket : c.real_batch;
+  if (device_word) p.real_batch_at = word.data();
+  p.draft_tokens = c.nodes;
+  p.num_steps = c.steps;
+  std::int32_t* cells[accept_output_count];
+  for (int i = 0; i < accept_output_count; ++i) cells[i] = out[static_cast<std::size_t>(i)].data();
+  p.accept_index = cells[0];
+  p.accept_index_capacity = o.capacity[0];
+  p.accept_length = cells[1];
+  p.accept_length_capacity = o.capacity[1];
+  p.predict = cells[2];
+  p.predict_capacity = o.capacity[2];
+  p.accept_tokens = cells[3];
+  p.accept_tokens_capacity = o.capacity[3];
+  p.bonus = cells[4];
+  p.bonus_capacity = o.capacity[4];
+  p.new_seq_len = cells[5];
+  p.new_seq_len_capacity = o.capacity[5];
+  p.select_index = cells[6];
+  p.select_index_capacity = o.capacity[6];
+  p.guard = guard.data();
+  run_accept(ex, p, /*host_memory=*/false);
+  ex.synchronize();
+  for (int i = 0; i < accept_output_count; ++i) {
+    o.cells[i] = out[static_cast<std::size_t>(i)].download();
+  }
+  o.guard = guard.download();
   return o;
 }
 

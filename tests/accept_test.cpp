@@ -196,5 +196,32 @@ TEST(AcceptRandom, EveryCellAgainstTheReference) {
   RecordProperty("short_runs", std::to_string(short_runs));
 }
 
+// The launcher on each executor with everything in executor memory (on a GPU: the kernel itself,
+// its guard-word atomics and the device real-batch word): the examples' trees and random ones,
+// one output short in some, checked cell by cell as above.
+class AcceptExecutors : public ExecutorTest {};
+
+TEST_P(AcceptExecutors, EveryCellAgainstTheReference) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int cases = std::max(1, property_cases(1000000) / 500);  // 2000 by default
+  for (int i = 0; i < cases; ++i) {
+    const accept_case c = random_case(rng);
+    SCOPED_TRACE("case " + std::to_string(i));
+    std::int64_t caps[accept_output_count];
+    accept_exact(c, caps);
+    if (i % 5 == 4) {
+      const int k = static_cast<int>(rng() % accept_output_count);
+      caps[k] =
+          caps[k] > 0 ? static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(caps[k])) : 0;
+    }
+    expect_matches(c, run_accept_on(*ex, c, i % 2 == 1, caps));
+    if (HasFatalFailure()) return;
+  }
+}
+
+SPECGRAPH_INSTANTIATE_EXECUTORS(AcceptExecutors);
+
 }  // namespace
 }  // namespace specgraph::testing
