@@ -148,6 +148,7 @@ void expect_e3(const nr_result& o) {
 
 TEST(NextRoundExamples, E3PagedTreeWithTailCopy) {
   const nr_case c = e3();
+  EXPECT_EQ(next_round_reserve(2, 2, 4, 4), c.reserve);  // R1 = 16
   auto ex = make_host_executor();
   for (const bool twin : {true, false}) {
     const nr_result o = nr_run(*ex, c, twin);
