@@ -249,7 +249,7 @@ TEST(NextRoundRandom, EveryCellAgainstTheReference) {
   std::mt19937_64 rng(seed);
   auto ex = make_host_executor();
   const int cases = property_cases(100000);
-  std::int64_t pages = 0, stalls = 0, refused = 0, unbacked = 0;
+  std::int64_t pages = 0, stalls = 0, refused = 0, unbacked = 0, narrow = 0;
   for (int i = 0; i < cases; ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
     const bool twin = i % 2 == 0;
@@ -262,7 +262,9 @@ TEST(NextRoundRandom, EveryCellAgainstTheReference) {
     pages += o.head - c.head;
     stalls += o.stall != 0;
     unbacked += o.guard[1].violations;
+    for (const nr_violation& v : nr_reference(c).guard[0]) narrow += v.kind == 6;
   }
+  RecordProperty("narrow_rows", std::to_string(narrow));
   RecordProperty("pages", std::to_string(pages));
   RecordProperty("stalls", std::to_string(stalls));
   RecordProperty("refused", std::to_string(refused));
