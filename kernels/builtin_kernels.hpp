@@ -37,7 +37,9 @@
   X(extend_page_fill)                \
   X(extend_prefix_fill)              \
   X(extend_full_fill)                \
-  X(accept)
+  X(accept)                          \
+  X(next_round_plan)                 \
+  X(next_round_row)
 
 namespace specgraph::kernels {
 
