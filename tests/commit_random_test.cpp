@@ -71,7 +71,9 @@ commit_case random_case(std::mt19937_64& rng) {
     const std::int32_t c_max = std::min<std::int32_t>(c.steps, c.nodes - 1);
     const std::int32_t acc = pick(0, c_max);
     std::vector<std::int32_t> path = {0};
-    if (c.topk == 1 || rng() % 4 == 0) {  // a chain (topk 1), or a tree path still in place
+    // A chain (topk 1 but 1 in 8: a topk-1 round moves nothing whatever the path), or a tree
+    // path still in place.
+    if ((c.topk == 1 && rng() % 8 != 0) || rng() % 4 == 0) {
       for (std::int32_t k = 1; k <= acc; ++k) path.push_back(k);
     } else {
       std::vector<std::int32_t> nodes(static_cast<std::size_t>(D - 1));

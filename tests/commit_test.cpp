@@ -101,6 +101,19 @@ TEST(CommitExamples, E2OneMoveAndAPaddedRow) {
   }
 }
 
+// topk 1 never moves, even when the path is not the chain (E2's path 0 1 3 with topk 1).
+TEST(CommitExamples, TopkOneMovesNothing) {
+  commit_case c = e2();
+  c.topk = 1;
+  auto ex = make_host_executor();
+  for (const bool twin : {true, false}) {
+    const commit_outputs o = run_commit_case(*ex, c, twin);
+    expect_commit_matches(c, o);
+    EXPECT_EQ(cells(o, 0, 8), v32(8, -1));
+    EXPECT_EQ(cells(o, 2, 2), (v32{3, 0}));
+  }
+}
+
 // E3: E2's request at ps 4 on pages 5 9 2 7 3 11 (positions 4q .. 4q + 3), allocated_len 24:
 // verify slots 38 39 8 9, one move [8, 9].
 commit_case e3() {
