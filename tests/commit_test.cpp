@@ -114,6 +114,32 @@ TEST(CommitExamples, TopkOneMovesNothing) {
   }
 }
 
+// The move order (docs/commit.md section 3): path 0 2 3 gives V[1] <- V[2], V[2] <- V[3]; in
+// increasing k node 2's KV reaches position seq_len + 1 before V[2] is overwritten, in
+// decreasing k it would not.
+TEST(CommitExamples, ChainedMovesApplyInIncreasingK) {
+  commit_case c;
+  c.bucket = c.real_batch = 1;
+  c.nodes = 4;
+  c.steps = 3;
+  c.topk = 2;
+  c.page_size = 1;
+  c.stride = 8;
+  c.pool_rows = 1;
+  for (int p = 0; p < 8; ++p) c.req_to_token.push_back(50 + p);  // V[i] = 51 + i
+  c.accept_index = {0, 2, 3, -1};
+  c.accept_length = {2};
+  c.accept_tokens = {1, 2, 3, 0};
+  c.seq_len = {1};
+  c.allocated_len = {8};
+  c.req_pool_index = {0};
+  auto ex = make_host_executor();
+  const commit_outputs o = run_commit_case(*ex, c, false);
+  expect_commit_matches(c, o);
+  EXPECT_EQ(cells(o, 0, 6), (v32{52, 53, 53, 54, -1, -1}));
+  EXPECT_TRUE(expect_moves_apply(c, o.cells[0], 0)) << "decreasing k must go wrong here";
+}
+
 // E3: E2's request at ps 4 on pages 5 9 2 7 3 11 (positions 4q .. 4q + 3), allocated_len 24:
 // verify slots 38 39 8 9, one move [8, 9].
 commit_case e3() {
