@@ -39,7 +39,8 @@
   X(extend_full_fill)                \
   X(accept)                          \
   X(next_round_plan)                 \
-  X(next_round_row)
+  X(next_round_row)                  \
+  X(commit)
 
 namespace specgraph::kernels {
 
