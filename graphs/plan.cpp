@@ -27,7 +27,7 @@ const char* sizing_field(const std::string& buffer) {
   if (buffer == "input.out_cache_loc") return "slot_stride";
   if (buffer.rfind("verify.", 0) == 0) return "verify_tokens";
   if (buffer.rfind("extend.", 0) == 0) return "draft_extend";
-  if (buffer.rfind("round.", 0) == 0) return "round_on_device";
+  if (buffer.rfind("after_verify.", 0) == 0) return "round_on_device";
   return "max_batch";
 }
 

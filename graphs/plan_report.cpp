@@ -117,7 +117,7 @@ std::string plan::round_report_line() const {
   std::ostringstream s;
   std::size_t bytes = 0, count = 0;
   for (const buffer_spec& b : buffers) {
-    if (b.name.rfind("round.", 0) != 0) continue;
+    if (b.name.rfind("after_verify.", 0) != 0) continue;
     bytes += b.bytes;
     ++count;
   }

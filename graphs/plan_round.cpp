@@ -57,7 +57,7 @@ void add_round_section(arena_builder& a, plan& p, std::int32_t guard_base) {
   for (std::int32_t i = 0; i < round_field_count; ++i) {
     const round_field_shape f = round_field_shape_of(i, bucket, c.verify_tokens, c.num_steps,
                                                      c.topk, c.page_size, c.max_stop_tokens);
-    s.field[i] = a.add(std::string("round.") + round_field_names[i], all_steps,
+    s.field[i] = a.add(std::string("after_verify.") + round_field_names[i], all_steps,
                        std::vector<std::int64_t>(f.dims, f.dims + f.rank),
                        f.int64 ? dtype::int64 : dtype::int32);
   }

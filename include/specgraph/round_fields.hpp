@@ -1,5 +1,5 @@
 // The buffers of a plan's round section (docs/round-graphs.md), by index: their names (the
-// plan's buffer list is "round.<name>") and exact shapes for a bucket. Host only; no stream.
+// plan's buffer list is "after_verify.<name>") and exact shapes for a bucket. Host only; no stream.
 #pragma once
 
 #include <cstdint>
