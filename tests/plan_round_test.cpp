@@ -74,7 +74,7 @@ TEST(PlanRound, EveryRoundBufferHasTheFormulasSize) {
                                    {"draft_token", B * D, 4},
                                    {"target_predict", B * D, 4},
                                    {"allocated_len", B, 4},
-                                   {"max_new_tokens_left", B, 4},
+                                   {"tokens_left", B, 4},
                                    {"stop_token_ids", c.max_stop_tokens, 4},
                                    {"accept_index", B * (N + 1), 4},
                                    {"accept_length", B, 4},
@@ -92,7 +92,7 @@ TEST(PlanRound, EveryRoundBufferHasTheFormulasSize) {
                                    {"root_token", B, 4},
                                    {"draft_position", B * K, 4},
                                    {"tail_copy", B * (K - 1) * (ps - 1) * 2, 4},
-                                   {"verify_out_cache_loc", B * D, 8},
+                                   {"verify_slots", B * D, 8},
                                    {"ring_head", 1, 8},
                                    {"stall", 1, 4},
                                    {"scratch", 2 * B + 2, 8}};

@@ -6,7 +6,9 @@
 
 namespace specgraph {
 
-// Field indices, in arena order: the engine-written inputs, the per-row state, the stop ids,
+// Field indices, in arena order (names: the params' fields, max_new_tokens_left as
+// "tokens_left" and verify_out_cache_loc as "verify_slots", so every name fits the report's
+// column): the engine-written inputs, the per-row state, the stop ids,
 // acceptance's, the commit's and the next round's outputs, then the words and scratch.
 enum round_field : std::int32_t {
   round_parent = 0,            // int32 [B][D], written by the engine per round (the verify tree)
@@ -38,32 +40,13 @@ enum round_field : std::int32_t {
   round_field_count
 };
 
-inline constexpr const char* round_field_names[round_field_count] = {"parent",
-                                                                     "draft_token",
-                                                                     "target_predict",
-                                                                     "allocated_len",
-                                                                     "max_new_tokens_left",
-                                                                     "stop_token_ids",
-                                                                     "accept_index",
-                                                                     "accept_length",
-                                                                     "predict",
-                                                                     "accept_tokens",
-                                                                     "bonus",
-                                                                     "new_seq_len",
-                                                                     "select_index",
-                                                                     "kv_move",
-                                                                     "finished",
-                                                                     "emit_len",
-                                                                     "free_begin",
-                                                                     "free_end",
-                                                                     "active",
-                                                                     "root_token",
-                                                                     "draft_position",
-                                                                     "tail_copy",
-                                                                     "verify_out_cache_loc",
-                                                                     "ring_head",
-                                                                     "stall",
-                                                                     "scratch"};
+inline constexpr const char* round_field_names[round_field_count] = {
+    "parent",         "draft_token",  "target_predict", "allocated_len", "tokens_left",
+    "stop_token_ids", "accept_index", "accept_length",  "predict",       "accept_tokens",
+    "bonus",          "new_seq_len",  "select_index",   "kv_move",       "finished",
+    "emit_len",       "free_begin",   "free_end",       "active",        "root_token",
+    "draft_position", "tail_copy",    "verify_slots",   "ring_head",     "stall",
+    "scratch"};
 
 // Guard words of the section, from its guard_base: acceptance's two, the commit's two, the next
 // round's three (the order of accept_params, commit_params and next_round_params).
