@@ -66,6 +66,8 @@ struct round_guards {
   std::int32_t row[round_guard_count] = {}, column[round_guard_count] = {};
 };
 
+inline round_guards chain_next_round(round_mirror& m, round_engine& e, std::int32_t bucket);
+
 // One round of the references over the mirror for `bucket`; returns the expected guard words.
 inline round_guards chain_round(round_mirror& m, round_engine& e, std::int32_t bucket) {
   const plan& p = *m.p;
@@ -116,18 +118,28 @@ inline round_guards chain_round(round_mirror& m, round_engine& e, std::int32_t b
   m.put_all(m.field(round_free_begin), ke.free_begin);
   m.put_all(m.field(round_free_end), ke.free_end);
 
+  return chain_next_round(m, e, bucket);
+}
+
+// The next round alone over the mirror (after a stall, the engine reruns it): reads
+// acceptance's and the commit's outputs from the mirror.
+inline round_guards chain_next_round(round_mirror& m, round_engine& e, std::int32_t bucket) {
+  const plan& p = *m.p;
+  const draft_config& c = p.config;
+  const std::int64_t B = bucket;
+  const std::size_t seq_at = p.layout.seq_len;
   nr_case n;
   n.batch = bucket;
   n.real_batch = e.real_batch;
-  n.draft_tokens = a.nodes;
-  n.num_steps = a.steps;
+  n.draft_tokens = c.verify_tokens;
+  n.num_steps = c.num_steps;
   n.topk = c.topk;
   n.page_size = c.page_size;
   n.reserve = p.layout.round.reserve;
   n.new_seq_len = m.i32s(m.field(round_new_seq_len), B);
   n.bonus = m.i32s(m.field(round_bonus), B);
-  n.req_pool_index = k.req_pool_index;
-  n.allocated_len = k.allocated_len;
+  n.req_pool_index = m.i32s(p.layout.req_pool_index, B);
+  n.allocated_len = m.i32s(m.field(round_allocated_len), B);
   n.has_finished = true;
   n.finished = m.i32s(m.field(round_finished), B);
   n.width = e.width;

@@ -155,7 +155,8 @@ TEST_P(RoundOpsEdges, BadContentIsRecordedNamedAndPadded) {
   EXPECT_EQ(word(rig.m.field(round_accept_index), 1 * (rig.p.config.num_steps + 1)), -1);
   EXPECT_EQ(word(rig.m.field(round_active), 1), 0);
   EXPECT_EQ(word(rig.p.layout.seq_len, 1), 1);
-  EXPECT_EQ(word(rig.m.field(round_active), 0), 1);  // the other rows go on
+  // The other rows go on unless they finished (a stop token).
+  EXPECT_EQ(word(rig.m.field(round_active), 0), word(rig.m.field(round_finished), 0) == 0 ? 1 : 0);
   // check_guards names the site.
   try {
     raise_guard_violations(rig.p, g, s.bucket, "after_verify");
@@ -164,6 +165,60 @@ TEST_P(RoundOpsEdges, BadContentIsRecordedNamedAndPadded) {
     EXPECT_NE(std::string(e.what()).find("after_verify.accept (input)"), std::string::npos)
         << e.what();
   }
+}
+
+// A short ring: the round stalls (every row inactive, nothing taken), the commit stands. The
+// engine refills the ring, clears the stall word and reruns the next round's launch alone over
+// the same section (its inputs, new_seq_len, bonus, finished and allocated_len, are intact);
+// then the loop goes on as before.
+TEST_P(RoundOpsEdges, AfterAStallTheEngineRefillsClearsAndRerunsTheNextRound) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const scenario& s = scenarios[2];  // ps 1, no refill: three rows outrun one round of pages
+  round_rig rig(*ex, s, rng);
+  const std::int64_t D = rig.p.config.verify_tokens;
+  auto write_round = [&] {
+    write_tree(rig.m, s.bucket, s.real, rng);
+    for (std::int32_t f : {round_parent, round_draft_token, round_target_predict}) {
+      upload(*ex, rig.b, rig.m, rig.m.field(f), static_cast<std::size_t>(s.bucket * D * 4));
+    }
+  };
+  int rounds = 0;
+  for (; rounds < 8; ++rounds) {
+    write_round();
+    after_verify(*ex, rig.v, rig.in);
+    expect_round(*ex, rig, chain_round(rig.m, rig.e, s.bucket), s.bucket);
+    if (rig.m.get<std::int32_t>(rig.m.field(round_stall), 0) != 0) break;
+  }
+  ASSERT_LT(rounds, 8) << "the ring never ran short";
+  // The stalled round: every row inactive, the staged seq_len all 1.
+  for (std::int64_t r = 0; r < s.bucket; ++r) {
+    EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_active), r), 0) << r;
+    EXPECT_EQ(rig.m.get<std::int32_t>(rig.p.layout.seq_len, r), 1) << r;
+  }
+  // The engine: refill one round's worst case, publish the tail, clear the stall word.
+  const std::int64_t head = rig.m.get<std::int64_t>(rig.m.field(round_ring_head), 0);
+  const auto capacity = static_cast<std::int64_t>(rig.e.ring.size());
+  for (; rig.e.tail < head + rig.per_round; ++rig.e.tail) {
+    rig.e.ring[static_cast<std::size_t>(rig.e.tail % capacity)] = rig.next_page++;
+  }
+  ex->copy_to_device(rig.ring->data(), rig.e.ring.data(), rig.e.ring.size() * 4);
+  ex->copy_to_device(rig.tail->data(), &rig.e.tail, 8);
+  const std::int32_t zero = 0;
+  ex->copy_to_device(rig.v.stall, &zero, 4);
+  rig.m.put<std::int32_t>(rig.m.field(round_stall), 0, 0);
+  ex->fill_bytes(rig.v.guard, 0, sizeof(guard_word) * round_guard_count);
+  launch_next_round(*ex, after_verify_params(rig.v, rig.in).next);
+  expect_round(*ex, rig, chain_next_round(rig.m, rig.e, s.bucket), s.bucket);
+  EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_stall), 0), 0);
+  for (std::int64_t r = 0; r < s.real; ++r) {
+    EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_active), r), 1) << r;
+  }
+  // And the loop goes on.
+  write_round();
+  after_verify(*ex, rig.v, rig.in);
+  expect_round(*ex, rig, chain_round(rig.m, rig.e, s.bucket), s.bucket);
 }
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(RoundOpsEdges);

@@ -70,41 +70,7 @@ run_result run_rounds(executor& ex, const scenario& s, bool graph_mode, std::uin
       after_verify(ex, v, in);
     }
     const round_guards want = chain_round(m, e, s.bucket);
-    std::vector<unsigned char> got(p.total_bytes);
-    ex.copy_to_host(got.data(), b.base(), got.size());
-    // The guard words: acceptance's and the commit's clean, the next round's as the reference.
-    for (std::int32_t w = 0; w < round_guard_count; ++w) {
-      guard_word g;
-      const std::size_t at =
-          p.layout.guards + static_cast<std::size_t>(p.layout.round.guard_base + w) * sizeof(g);
-      std::memcpy(&g, got.data() + at, sizeof(g));
-      EXPECT_EQ(g.violations, want.violations[w])
-          << guard_site_of(p, p.layout.round.guard_base + w).buffer;
-      if (want.violations[w] > 0) {
-        EXPECT_EQ(g.row, want.row[w]) << w;
-        EXPECT_EQ(g.column, want.column[w]) << w;
-      }
-      std::memcpy(m.bytes.data() + at, got.data() + at, sizeof(g));
-    }
-    // The next round's ring plan between its passes: its own business, within the bucket's
-    // 2B + 2 words (the words past them stay poisoned).
-    const std::size_t scratch = m.field(round_scratch);
-    std::memcpy(m.bytes.data() + scratch, got.data() + scratch,
-                static_cast<std::size_t>(2 * s.bucket + 2) * 8);
-    // Every other byte of the arena: written cells exact, everything else as it was.
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      if (got[i] != m.bytes[i]) {
-        const buffer_spec* in_buffer = nullptr;
-        for (const buffer_spec& x : p.buffers) {
-          if (i >= x.offset && i < x.offset + x.bytes) in_buffer = &x;
-        }
-        ADD_FAILURE() << "arena byte " << i << " ("
-                      << (in_buffer != nullptr ? in_buffer->name : std::string("padding"))
-                      << (in_buffer != nullptr ? " +" + std::to_string(i - in_buffer->offset) : "")
-                      << "): got " << int(got[i]) << ", want " << int(m.bytes[i]);
-        break;
-      }
-    }
+    expect_round(ex, rig, want, s.bucket);
     EXPECT_EQ(r2t.download(), e.req_to_token);
     const std::int32_t stall = m.get<std::int32_t>(m.field(round_stall), 0);
     out.stalls.push_back(stall);

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "specgraph/buffers.hpp"
 #include "specgraph/executor.hpp"
+#include "specgraph/ops.hpp"
 #include "specgraph/plan.hpp"
 #include "specgraph/round_ops.hpp"
 #include "tests/round_chain.hpp"
@@ -157,5 +160,50 @@ class round_rig {
   std::int32_t next_page = 1;
   std::int64_t per_round = 0;
 };
+
+// The round's guard words (the next round's as the reference, the others clean) and every other
+// byte of the arena against the mirror: written cells exact, everything else as it was. The
+// guard words and the next round's ring plan (its scratch, within the bucket's 2B + 2 words)
+// are then taken into the mirror.
+inline void expect_round(executor& ex, round_rig& rig, const round_guards& want,
+                         std::int32_t bucket) {
+  const plan& p = rig.p;
+  round_mirror& m = rig.m;
+  std::vector<unsigned char> got(p.total_bytes);
+  ex.copy_to_host(got.data(), rig.b.base(), got.size());
+  // The guard words: acceptance's and the commit's clean, the next round's as the reference.
+  for (std::int32_t w = 0; w < round_guard_count; ++w) {
+    guard_word g;
+    const std::size_t at =
+        p.layout.guards + static_cast<std::size_t>(p.layout.round.guard_base + w) * sizeof(g);
+    std::memcpy(&g, got.data() + at, sizeof(g));
+    EXPECT_EQ(g.violations, want.violations[w])
+        << guard_site_of(p, p.layout.round.guard_base + w).buffer;
+    if (want.violations[w] > 0) {
+      EXPECT_EQ(g.row, want.row[w]) << w;
+      EXPECT_EQ(g.column, want.column[w]) << w;
+    }
+    std::memcpy(m.bytes.data() + at, got.data() + at, sizeof(g));
+  }
+  // The next round's ring plan between its passes: its own business, within the bucket's
+  // 2B + 2 words (the words past them stay poisoned).
+  const std::size_t scratch = m.field(round_scratch);
+  std::memcpy(m.bytes.data() + scratch, got.data() + scratch,
+              static_cast<std::size_t>(2 * bucket + 2) * 8);
+  // Every other byte of the arena: written cells exact, everything else as it was.
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != m.bytes[i]) {
+      const buffer_spec* in_buffer = nullptr;
+      for (const buffer_spec& x : p.buffers) {
+        if (i >= x.offset && i < x.offset + x.bytes) in_buffer = &x;
+      }
+      ADD_FAILURE() << "arena byte " << i << " ("
+                    << (in_buffer != nullptr ? in_buffer->name : std::string("padding"))
+                    << (in_buffer != nullptr ? " +" + std::to_string(i - in_buffer->offset) : "")
+                    << "): got " << int(got[i]) << ", want " << int(m.bytes[i]);
+      break;
+    }
+  }
+}
 
 }  // namespace specgraph::testing
