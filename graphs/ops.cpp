@@ -363,9 +363,9 @@ guard_site guard_site_of(const plan& p, std::int32_t index) {
   if (l.round.enabled() && index >= l.round.guard_base &&
       index < l.round.guard_base + round_guard_count) {
     const char* sites[round_guard_count] = {
-        "after_verify.accept (input)",      "after_verify.accept (outputs)",
-        "after_verify.commit (input)",      "after_verify.commit (outputs)",
-        "after_verify.next_round (ring)",   "after_verify.next_round (input)",
+        "after_verify.accept (input)",          "after_verify.accept (outputs)",
+        "after_verify.commit (input)",          "after_verify.commit (outputs)",
+        "after_verify.next_round (allocation)", "after_verify.next_round (input)",
         "after_verify.next_round (outputs)"};
     return {sites[index - l.round.guard_base], all_steps};
   }

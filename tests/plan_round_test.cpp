@@ -120,10 +120,11 @@ TEST(PlanRound, EveryRoundBufferHasTheFormulasSize) {
     ASSERT_EQ(p.layout.guard_count, q.layout.guard_count + 7);
     ASSERT_EQ(s.guard_base, q.layout.guard_order);
     ASSERT_EQ(p.layout.guard_order, p.layout.guard_count - 1);
-    const char* sites[] = {"after_verify.accept (input)",      "after_verify.accept (outputs)",
-                           "after_verify.commit (input)",      "after_verify.commit (outputs)",
-                           "after_verify.next_round (ring)",   "after_verify.next_round (input)",
-                           "after_verify.next_round (outputs)"};
+    const char* sites[] = {
+        "after_verify.accept (input)",          "after_verify.accept (outputs)",
+        "after_verify.commit (input)",          "after_verify.commit (outputs)",
+        "after_verify.next_round (allocation)", "after_verify.next_round (input)",
+        "after_verify.next_round (outputs)"};
     for (int g = 0; g < 7; ++g) ASSERT_EQ(guard_site_of(p, s.guard_base + g).buffer, sites[g]);
     // Off: no section, every other buffer at its offset (the section is appended last).
     ASSERT_FALSE(q.layout.round.enabled());
