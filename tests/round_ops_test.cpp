@@ -99,18 +99,37 @@ class RoundOps : public ExecutorTest {};
 TEST_P(RoundOps, SixRoundsEagerAndReplayedMatchTheChainedReferences) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
-  for (const scenario& s : scenarios) {
-    const run_result eager = run_rounds(*ex, s, false, seed);
-    const run_result replayed = run_rounds(*ex, s, true, seed);
-    EXPECT_EQ(eager.stalls, replayed.stalls) << s.name;
-    if (!s.refill) {
-      // Three rows taking >= 1 page each per round at ps 1 outrun the one round of pages.
-      EXPECT_EQ(eager.stalls.back(), 1) << s.name;
+  std::mt19937_64 pick(seed);
+  std::int64_t stalled = 0, finished = 0, idle = 0;
+  for (int n = 0; n < property_cases(20); ++n) {
+    for (scenario s : scenarios) {
+      // The scenario's real batch first, then an idle rank (0), then any in [0, bucket].
+      if (n == 1) s.real = 0;
+      if (n > 1) s.real = static_cast<std::int32_t>(pick() % (s.bucket + 1));
+      SCOPED_TRACE("case " + std::to_string(n) + ", real batch " + std::to_string(s.real));
+      const std::uint64_t case_seed = seed + static_cast<std::uint64_t>(n);
+      const run_result eager = run_rounds(*ex, s, false, case_seed);
+      const run_result replayed = run_rounds(*ex, s, true, case_seed);
+      EXPECT_EQ(eager.stalls, replayed.stalls) << s.name;
+      EXPECT_EQ(eager.finished, replayed.finished) << s.name;
+      if (!s.refill && s.real >= 3) {
+        // Three rows taking >= 1 page each per round at ps 1 outrun the one round of pages.
+        EXPECT_EQ(eager.stalls.back(), 1) << s.name;
+      }
+      if (s.stops && s.real >= 2) {
+        // Row 1's budget of 1 finishes it in the first round, whatever it accepts.
+        EXPECT_GT(eager.finished, 0) << s.name;
+      }
+      stalled += eager.stalls.back();
+      finished += eager.finished;
+      idle += s.real == 0;
     }
-    if (s.stops) {
-      // Row 1's budget of 1 finishes it in the first round, whatever it accepts.
-      EXPECT_GT(eager.finished, 0) << s.name;
-    }
+  }
+  // The cases reached what they are for.
+  EXPECT_GT(stalled, 0);
+  EXPECT_GT(finished, 0);
+  if (property_cases(20) >= 2) {
+    EXPECT_GT(idle, 0);
   }
 }
 
