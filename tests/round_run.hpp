@@ -28,7 +28,7 @@ struct scenario {
   std::int32_t bucket, real;
   bool scalar_real;  // the real batch as a launch scalar (the staged word holds 0)
   bool refill;       // refill the ring after every round; false: never (it runs short)
-  bool stops;        // stop id 7 and a budget of 1 on row 1
+  bool stops;        // stop ids 7 and 11 (the plan's two) and a budget of 1 on row 1
 };
 
 inline const scenario scenarios[] = {
@@ -107,7 +107,7 @@ class round_rig {
     e.req_to_token.assign(static_cast<std::size_t>(c.pool_rows * W), -9);
     e.budget = true;
     e.real_batch = s.real;
-    if (s.stops) e.stop_ids = {7};
+    if (s.stops) e.stop_ids = {7, 11};  // 11 is never predicted
     for (std::int64_t r = 0; r < s.bucket; ++r) {
       const bool real = r < s.real;
       const std::int32_t seq = real ? 1 + static_cast<std::int32_t>(rng() % 20) : 1;
@@ -129,6 +129,7 @@ class round_rig {
     m.put<std::int64_t>(m.field(round_ring_head), 0, 0);
     m.put<std::int32_t>(m.field(round_stall), 0, 0);
     m.put<std::int32_t>(m.field(round_stop_token_ids), 0, 7);
+    m.put<std::int32_t>(m.field(round_stop_token_ids), 1, 11);
     per_round = s.bucket * ((c.num_steps + 1 + ps - 1) / ps);
     e.ring.assign(static_cast<std::size_t>(per_round + 1), -1);
     for (; e.tail < per_round; ++e.tail) e.ring[static_cast<std::size_t>(e.tail)] = next_page++;
@@ -143,7 +144,7 @@ class round_rig {
     in.ring_capacity = static_cast<std::int64_t>(e.ring.size());
     in.ring_tail = tail->data();
     in.real_batch = s.scalar_real ? s.real : -1;
-    in.stop_token_count = s.stops ? 1 : 0;
+    in.stop_token_count = s.stops ? 2 : 0;
   }
   round_rig(const round_rig&) = delete;
   round_rig& operator=(const round_rig&) = delete;
