@@ -360,6 +360,15 @@ guard_site guard_site_of(const plan& p, std::int32_t index) {
                                              "extend.accept_len"};
     return {sites[index - l.extend.guard_base], all_steps};
   }
+  if (l.round.enabled() && index >= l.round.guard_base &&
+      index < l.round.guard_base + round_guard_count) {
+    const char* sites[round_guard_count] = {
+        "after_verify.accept (input)",          "after_verify.accept (outputs)",
+        "after_verify.commit (input)",          "after_verify.commit (outputs)",
+        "after_verify.next_round (allocation)", "after_verify.next_round (input)",
+        "after_verify.next_round (outputs)"};
+    return {sites[index - l.round.guard_base], all_steps};
+  }
   const char* kinds[sparse_stage_kinds] = {"intra", "succ", "inter"};
   const std::int32_t k = index - l.guard_sparse(0);
   if (k >= 0 && k < sparse_stage_kinds) return {std::string("sparse.") + kinds[k], all_steps};

@@ -27,6 +27,7 @@ const char* sizing_field(const std::string& buffer) {
   if (buffer == "input.out_cache_loc") return "slot_stride";
   if (buffer.rfind("verify.", 0) == 0) return "verify_tokens";
   if (buffer.rfind("extend.", 0) == 0) return "draft_extend";
+  if (buffer.rfind("after_verify.", 0) == 0) return "round_on_device";
   return "max_batch";
 }
 
@@ -156,6 +157,7 @@ void validate(const draft_config& c) {
   }
   detail::validate_verify(c);
   detail::validate_extend(c);
+  detail::validate_round(c);
 }
 
 plan make_plan(const draft_config& config) {
@@ -296,6 +298,10 @@ plan make_plan(const draft_config& config) {
   if (c.draft_extend) {
     detail::add_extend_section(a, p, l.guard_count);
     l.guard_count += extend_guard_count;
+  }
+  if (c.round_on_device) {
+    detail::add_round_section(a, p, l.guard_count);
+    l.guard_count += round_guard_count;
   }
   l.guard_order = l.guard_count++;  // the last word: setup_round resets every word before it
   l.guards = a.add("guards", all_steps, {l.guard_count}, dtype::guard);

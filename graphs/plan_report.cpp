@@ -3,6 +3,7 @@
 #include <sstream>
 #include <string>
 
+#include "specgraph/next_round_metadata.hpp"
 #include "specgraph/plan.hpp"
 
 namespace specgraph {
@@ -110,6 +111,28 @@ std::string plan::extend_report_line() const {
   return s.str();
 }
 
+std::string plan::round_report_line() const {
+  const plan_layout::round_section& r = layout.round;
+  if (!r.enabled()) return {};
+  std::ostringstream s;
+  std::size_t bytes = 0, count = 0;
+  for (const buffer_spec& b : buffers) {
+    if (b.name.rfind("after_verify.", 0) != 0) continue;
+    bytes += b.bytes;
+    ++count;
+  }
+  const std::int64_t b = max_bucket(), n = config.num_steps;
+  s << "round section (D = " << r.draft_tokens << ", S = " << n + 1 << ", bucket " << b
+    << ", reserve " << r.reserve << "): " << bytes << " bytes in " << count << " buffers, "
+    << our_round_bytes << " with their alignment; kv move pairs " << b << " x " << n << " = "
+    << round_kv_move_pairs << " (SGLang " << b << " x " << n + 1 << " = " << engine_kv_move_pairs
+    << "); standing reserve " << round_reserve_per_request << " positions per request (SGLang 2 x "
+    << engine_reserve_per_request / 2 << " = " << engine_reserve_per_request
+    << "); ring pages per round " << b << " x "
+    << next_round_pages_per_request(config.num_steps, config.page_size) << '\n';
+  return s.str();
+}
+
 std::string plan::report_text() const {
   std::ostringstream s;
   s << std::left << std::setw(28) << "buffer" << std::setw(6) << "step" << std::setw(18) << "shape"
@@ -138,9 +161,9 @@ std::string plan::report_text() const {
     << device_steps_expand_bytes
     << " bytes device-steps (this plan: " << (config.device_steps ? "device-steps" : "per-step")
     << ")\n"
-    << csr_report_line() << verify_report_line() << extend_report_line() << "total: " << total_bytes
-    << " bytes vs " << today.total_bytes << " bytes today (" << std::fixed << std::setprecision(2)
-    << ratio << "x)\n";
+    << csr_report_line() << verify_report_line() << extend_report_line() << round_report_line()
+    << "total: " << total_bytes << " bytes vs " << today.total_bytes << " bytes today ("
+    << std::fixed << std::setprecision(2) << ratio << "x)\n";
   return s.str();
 }
 
@@ -209,6 +232,18 @@ std::string plan::report_json() const {
       << ",\"engine_triton_bytes\":" << engine_extend_triton_bytes
       << ",\"engine_flashinfer_bytes\":" << engine_extend_flashinfer_bytes
       << ",\"guard_base\":" << e.guard_base << '}';
+  }
+  const plan_layout::round_section& r = layout.round;
+  if (r.enabled()) {
+    s << ",\"round\":{\"draft_tokens\":" << r.draft_tokens << ",\"reserve\":" << r.reserve
+      << ",\"stop_capacity\":" << r.stop_capacity << ",\"bytes\":" << our_round_bytes
+      << ",\"kv_move_pairs\":" << round_kv_move_pairs
+      << ",\"engine_kv_move_pairs\":" << engine_kv_move_pairs
+      << ",\"reserve_per_request\":" << round_reserve_per_request
+      << ",\"engine_reserve_per_request\":" << engine_reserve_per_request
+      << ",\"ring_pages_per_round\":"
+      << max_bucket() * next_round_pages_per_request(config.num_steps, config.page_size)
+      << ",\"guard_base\":" << r.guard_base << '}';
   }
   s << '}';
   return s.str();

@@ -34,6 +34,12 @@ constexpr const char* plan_usage =
     "  --extend              the plan's draft-extend section over the verify window W = D\n"
     "                        (needs --verify-tokens), and its line against the engines'\n"
     "                        reservations (docs/extend-graphs.md)\n"
+    "  --round               the plan's round section: acceptance, commit and the next round's\n"
+    "                        inputs after verify (needs --verify-tokens), and its line against\n"
+    "                        SGLang's sizes (docs/round-graphs.md)\n"
+    "  --round-reserve R     positions kept allocated past the committed length (default: R1,\n"
+    "                        next_round_reserve)\n"
+    "  --stop-tokens N       stop token ids the round section holds (default 0)\n"
     "  --json [FILE]         the plan as JSON instead of a table: to stdout, or written to FILE\n"
     "                        (as run --json FILE; --json - or a following flag: stdout)\n"
     "defaults: --max-batch 256 --topk 8 --steps 5 --page-size 16 --max-context 4096\n";
@@ -63,13 +69,20 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
   std::optional<std::int32_t> pool_rows;      // absent: the default, max_batch + 1
   std::optional<std::int32_t> verify_tokens;  // --verify-tokens: the verify section and line
   // draft_config field names, for errors raised by validate(): reported as the flag.
-  const std::pair<const char*, const char*> flag_of[] = {
-      {"max_batch", "--max-batch"}, {"topk", "--topk"},
-      {"num_steps", "--steps"},     {"slot_stride", "--slot-stride"},
-      {"page_size", "--page-size"}, {"max_context_len", "--max-context"},
-      {"pool_rows", "--pool-rows"}, {"kv_slots", "--kv-slots"},
-      {"buckets", "--buckets"},     {"verify_tokens", "--verify-tokens"},
-      {"draft_extend", "--extend"}};
+  const std::pair<const char*, const char*> flag_of[] = {{"max_batch", "--max-batch"},
+                                                         {"topk", "--topk"},
+                                                         {"num_steps", "--steps"},
+                                                         {"slot_stride", "--slot-stride"},
+                                                         {"page_size", "--page-size"},
+                                                         {"max_context_len", "--max-context"},
+                                                         {"pool_rows", "--pool-rows"},
+                                                         {"kv_slots", "--kv-slots"},
+                                                         {"buckets", "--buckets"},
+                                                         {"verify_tokens", "--verify-tokens"},
+                                                         {"draft_extend", "--extend"},
+                                                         {"round_on_device", "--round"},
+                                                         {"round_reserve", "--round-reserve"},
+                                                         {"max_stop_tokens", "--stop-tokens"}};
   try {
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::string& flag = args[i];
@@ -95,6 +108,10 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         c.draft_extend = true;
         continue;
       }
+      if (flag == "--round") {
+        c.round_on_device = true;
+        continue;
+      }
       if (i + 1 >= args.size()) throw invalid_argument(flag, flag + ": missing value");
       const std::string& value = args[++i];
       auto fit_int32 = [&](std::int64_t v) {
@@ -118,6 +135,10 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         c.max_context_len = int32();
       } else if (flag == "--pool-rows") {
         pool_rows = int32();
+      } else if (flag == "--round-reserve") {
+        c.round_reserve = int32();
+      } else if (flag == "--stop-tokens") {
+        c.max_stop_tokens = int32();
       } else if (flag == "--kv-slots") {
         c.kv_slots = number(flag, value);
       } else if (flag == "--verify-tokens") {

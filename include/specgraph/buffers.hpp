@@ -20,6 +20,7 @@
 #include "specgraph/guard.hpp"
 #include "specgraph/metadata.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/round_view.hpp"
 #include "specgraph/verify_metadata.hpp"
 
 namespace specgraph {
@@ -226,6 +227,11 @@ class draft_buffers {
   // invalid_argument ("draft_extend") when the plan has no draft-extend section, or ("bucket")
   // for an unplanned bucket.
   extend_view extend(std::int32_t bucket = 0) const;
+  // The round section for `bucket` (0: the largest): acceptance, commit and next-round params
+  // with the bucket's exact capacities, the engine's tables and ring left unset. Throws
+  // invalid_argument ("round_on_device") when the plan has no round section, or ("bucket") for
+  // an unplanned bucket. No stream, no device access.
+  round_view round(std::int32_t bucket = 0) const;
 
  private:
   const plan_layout& layout() const noexcept { return plan_->layout; }

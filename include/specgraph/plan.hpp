@@ -22,6 +22,7 @@
 
 #include "specgraph/extend_metadata.hpp"
 #include "specgraph/limits.hpp"
+#include "specgraph/round_fields.hpp"
 
 namespace specgraph {
 
@@ -94,6 +95,18 @@ struct draft_config {
   // layouts with csr or both; the accepted lengths (an input), scratch and five guard words
   // (plan_layout::extend). Refused without verify_tokens (the window is the verify tree).
   bool draft_extend = false;
+  // With verify_tokens = D > 0: also the round section (docs/round-graphs.md), the buffers of
+  // the round after verify for the largest bucket, exactly sized: the engine-written inputs
+  // (tree, draft tokens, target predictions [B][D]), the per-row state (allocated_len,
+  // max_new_tokens_left), the stop token ids, the outputs of acceptance, commit and the next
+  // round, the ring head, the stall word, scratch and seven guard words (plan_layout::round).
+  // Refused without verify_tokens (the tree is the verify tree).
+  bool round_on_device = false;
+  // R, positions kept allocated past the committed length (next_round_params::reserve):
+  // -1 = next_round_reserve(topk, num_steps, verify_tokens, page_size), else [0, 2^28].
+  std::int32_t round_reserve = -1;
+  // Stop token ids the round section holds, [0, max_stop_tokens] (commit_metadata.hpp).
+  std::int32_t max_stop_tokens = 0;
 };
 
 // The common speculative-decoding bucket list: 1..8, 10..32 step 2, 40..64 step 4, 72..256
@@ -237,6 +250,23 @@ struct plan_layout {
     std::int32_t guard_base = 0;
     bool enabled() const { return extend_tokens > 0; }
   } extend;
+  // The round section (config.round_on_device; docs/round-graphs.md): byte offsets of the
+  // buffers of the round after verify for the largest bucket B (D = verify_tokens, S =
+  // num_steps + 1), by round_field_names index (round_ops.hpp), each exactly sized for B
+  // (round_field_elements). The state the next round reads is the draft section's staged
+  // req_pool_index, seq_len and out_cache_loc themselves: acceptance and the commit read the
+  // committed length from the staged seq_len, the next round writes its seq_len and draft slots
+  // back into them. Guard words guard_base .. guard_base + round_guard_count - 1 (acceptance 2,
+  // commit 2, next round 3).
+  struct round_section {
+    std::int32_t draft_tokens = 0;              // D; 0: no section (everything below is 0)
+    std::int32_t reserve = 0;                   // R, resolved (config.round_reserve or the default)
+    std::int32_t stop_capacity = 0;             // config.max_stop_tokens
+    std::size_t field[round_field_count] = {};  // by round_field_names index
+    std::size_t begin = 0, end = 0;             // the section's bytes: [begin, end)
+    std::int32_t guard_base = 0;
+    bool enabled() const { return draft_tokens > 0; }
+  } round;
   // Guard words: one per launch site (see the guard_* indices below).
   std::size_t guards = 0;
   std::int32_t guard_count = 0;
@@ -290,6 +320,12 @@ struct plan {
   std::size_t engine_extend_fa3_bytes = 0;
   std::size_t engine_extend_triton_bytes = 0;
   std::size_t engine_extend_flashinfer_bytes = 0;
+  // The round section's bytes (0 without it), and what SGLang 0.5.23 keeps for the same
+  // buffers where the spec fixes it exactly: its KV move pairs sized B x S (padding included)
+  // against our B x num_steps, and its standing reserve 2 * R1 against R1 per request.
+  std::size_t our_round_bytes = 0;
+  std::int64_t round_kv_move_pairs = 0, engine_kv_move_pairs = 0;
+  std::int64_t round_reserve_per_request = 0, engine_reserve_per_request = 0;
 
   std::int32_t max_bucket() const { return config.buckets.back(); }
   std::int32_t max_rows() const { return max_bucket() * config.topk; }
@@ -316,6 +352,9 @@ struct plan {
   // report_text's draft-extend line (empty without the section): its bytes per layout against
   // the engines' reservations.
   std::string extend_report_line() const;
+  // report_text's round line (empty without the section): its bytes, the KV move pairs and the
+  // standing reserve against SGLang's.
+  std::string round_report_line() const;
 };
 
 // Validates and plans. Throws invalid_argument naming the field when the configuration is out of

@@ -1,0 +1,75 @@
+// make_plan()'s round section (docs/round-graphs.md): the round_on_device checks and the exactly
+// sized buffers of the round after verify (acceptance, commit, next round) for the largest
+// bucket.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/checks.hpp"
+#include "graphs/plan_parts.hpp"
+#include "specgraph/accept_metadata.hpp"
+#include "specgraph/commit_metadata.hpp"
+#include "specgraph/error.hpp"
+#include "specgraph/limits.hpp"
+#include "specgraph/next_round_metadata.hpp"
+#include "specgraph/plan.hpp"
+#include "specgraph/round_fields.hpp"
+#include "specgraph/verify_metadata.hpp"
+
+namespace specgraph::detail {
+
+void validate_round(const draft_config& c) {
+  between("max_stop_tokens", c.max_stop_tokens, 0, max_stop_tokens, "max_stop_tokens");
+  SPECGRAPH_EXPECTS(c.round_reserve == -1 || (c.round_reserve >= 0 && c.round_reserve <= (1 << 28)),
+                    "round_reserve",
+                    std::to_string(c.round_reserve) +
+                        " is outside [0, 2^28]; pass -1 for next_round_reserve(topk, num_steps, "
+                        "verify_tokens, page_size)");
+  if (!c.round_on_device) return;
+  SPECGRAPH_EXPECTS(c.verify_tokens > 0, "round_on_device",
+                    "true with verify_tokens 0: the round's tree is the verify tree of D nodes; "
+                    "set verify_tokens to D, or round_on_device to false");
+  // Checked after validate_verify: D in [1, max_draft_tokens] = [1, max_accept_tokens],
+  // max_batch * D <= max_rows; num_steps in [1, max_num_steps] = [1, max_accept_steps].
+  static_assert(max_draft_tokens == max_accept_tokens && limits::max_num_steps == max_accept_steps,
+                "the round's limits are the verify tree's");
+  const std::int64_t paths = static_cast<std::int64_t>(c.max_batch) * (c.num_steps + 1);  // < 2^31
+  SPECGRAPH_EXPECTS(paths <= limits::max_rows, "num_steps",
+                    std::to_string(c.num_steps) + ": max_batch " + std::to_string(c.max_batch) +
+                        " * (num_steps + 1) = " + std::to_string(paths) +
+                        " accepted-path entries exceeds the row limit " +
+                        std::to_string(limits::max_rows) + "; lower num_steps or max_batch");
+}
+
+void add_round_section(arena_builder& a, plan& p, std::int32_t guard_base) {
+  const draft_config& c = p.config;
+  plan_layout::round_section& s = p.layout.round;
+  const std::int64_t bucket = p.max_bucket();
+  s.draft_tokens = c.verify_tokens;
+  s.reserve = c.round_reserve >= 0
+                  ? c.round_reserve
+                  : static_cast<std::int32_t>(next_round_reserve(
+                        c.topk, c.num_steps, c.verify_tokens, c.page_size));  // <= 2^21
+  s.stop_capacity = c.max_stop_tokens;
+  s.guard_base = guard_base;
+  // The section starts on its own alignment boundary, so [begin, end) holds nothing else.
+  s.begin = align_up(a.end(), arena_alignment);
+  for (std::int32_t i = 0; i < round_field_count; ++i) {
+    const round_field_shape f = round_field_shape_of(i, bucket, c.verify_tokens, c.num_steps,
+                                                     c.topk, c.page_size, c.max_stop_tokens);
+    s.field[i] = a.add(std::string("after_verify.") + round_field_names[i], all_steps,
+                       std::vector<std::int64_t>(f.dims, f.dims + f.rank),
+                       f.int64 ? dtype::int64 : dtype::int32);
+  }
+  s.end = a.end();
+  p.our_round_bytes = s.end - s.begin;
+  // The spec's section 8 and 5.1, each exact: move pairs B x num_steps (SGLang B x S), the
+  // standing reserve R1 per request (SGLang 2 * R1). int64, each < 2^32.
+  p.round_kv_move_pairs = bucket * c.num_steps;
+  p.engine_kv_move_pairs = bucket * (c.num_steps + 1);
+  const std::int64_t r1 = next_round_reserve(c.topk, c.num_steps, c.verify_tokens, c.page_size);
+  p.round_reserve_per_request = s.reserve;
+  p.engine_reserve_per_request = 2 * r1;
+}
+
+}  // namespace specgraph::detail
