@@ -37,7 +37,8 @@
   X(extend_page_fill)                \
   X(extend_prefix_fill)              \
   X(extend_full_fill)                \
-  X(accept)
+  X(accept)                          \
+  X(commit)
 
 namespace specgraph::kernels {
 
