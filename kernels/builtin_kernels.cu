@@ -8,6 +8,8 @@
 #include "kernels/expand_page_table.hpp"
 #include "kernels/extend_fill.hpp"
 #include "kernels/guard_ops.hpp"
+#include "kernels/next_round_alloc.hpp"
+#include "kernels/next_round_row.hpp"
 #include "kernels/prefix_metadata.hpp"
 #include "kernels/round_control.hpp"
 #include "kernels/round_order.hpp"

@@ -38,7 +38,9 @@
   X(extend_prefix_fill)              \
   X(extend_full_fill)                \
   X(accept)                          \
-  X(commit)
+  X(commit)                          \
+  X(next_round_plan)                 \
+  X(next_round_row)
 
 namespace specgraph::kernels {
 
