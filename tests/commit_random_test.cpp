@@ -149,5 +149,33 @@ TEST(CommitRandom, EveryCellAgainstTheReference) {
   RecordProperty("spare_runs", std::to_string(spare_runs));
 }
 
+// The launcher on each executor with every buffer in executor memory (cuda: the GPU runs the
+// row code) on fresh random rounds, short capacities and the device real-batch word included.
+class CommitRandomOnExecutor : public ExecutorTest {};
+
+TEST_P(CommitRandomOnExecutor, EveryCellAgainstTheReference) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int cases = property_cases(200000) / 500 + 1;  // each case a few uploads and downloads
+  for (int i = 0; i < cases; ++i) {
+    const commit_case c = random_case(rng);
+    SCOPED_TRACE("case " + std::to_string(i));
+    std::int64_t caps[commit_output_count];
+    commit_exact(c, caps);
+    if (rng() % 8 == 0) {
+      const int k = static_cast<int>(rng() % commit_output_count);
+      caps[k] =
+          caps[k] > 0 ? static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(caps[k])) : 0;
+    }
+    commit_outputs o;
+    run_commit_in_executor_memory(o, *ex, c, i % 2 == 1, caps);
+    expect_commit_matches(c, o);
+    if (HasFatalFailure()) return;
+  }
+}
+
+SPECGRAPH_INSTANTIATE_EXECUTORS(CommitRandomOnExecutor);
+
 }  // namespace
 }  // namespace specgraph::testing

@@ -10,6 +10,7 @@
 #include "specgraph/commit_metadata.hpp"
 #include "specgraph/executor.hpp"
 #include "tests/commit_reference.hpp"
+#include "tests/test_support.hpp"
 
 namespace specgraph::testing {
 
@@ -102,6 +103,55 @@ inline commit_outputs run_commit_case(executor& ex, const commit_case& c, bool h
   commit_outputs o;
   run_commit_into(o, ex, c, host_twin, device_word, caps);
   return o;
+}
+
+// The launcher on ex with every buffer in executor memory (the cuda executor: the GPU runs the
+// row code), the outputs downloaded into o (poisoned slack included). device_word: the real
+// batch read from an executor-memory word.
+inline void run_commit_in_executor_memory(commit_outputs& o, executor& ex, const commit_case& c,
+                                          bool device_word, const std::int64_t* caps) {
+  using v32 = std::vector<std::int32_t>;
+  for (int i = 0; i < commit_output_count; ++i) o.capacity[i] = caps[i];
+  auto up = [&](const v32& v) { return dvec<std::int32_t>(ex, v); };
+  const dvec<std::int32_t> accept_index = up(c.accept_index), accept_length = up(c.accept_length),
+                           accept_tokens = up(c.accept_tokens), seq_len = up(c.seq_len),
+                           allocated_len = up(c.allocated_len), pool = up(c.req_pool_index),
+                           req_to_token = up(c.req_to_token), stops = up(c.stop_ids),
+                           budget = up(c.budget), word = up(v32{c.real_batch});
+  std::vector<dvec<std::int32_t>> out;
+  for (int i = 0; i < commit_output_count; ++i) {
+    out.emplace_back(ex, static_cast<std::size_t>(caps[i] + commit_slack), commit_poison);
+  }
+  guard_word stale{};
+  stale.violations = 77;
+  dvec<guard_word> guard(ex, commit_guard_count, stale);
+  commit_params p = commit_inputs(c);
+  p.accept_index = accept_index.data();
+  p.accept_length = accept_length.data();
+  p.accept_tokens = accept_tokens.data();
+  p.seq_len = seq_len.data();
+  p.allocated_len = allocated_len.data();
+  p.req_pool_index = pool.data();
+  p.req_to_token = req_to_token.data();
+  if (p.stop_token_ids != nullptr) p.stop_token_ids = stops.data();
+  if (p.max_new_tokens_left != nullptr) p.max_new_tokens_left = budget.data();
+  if (device_word) {
+    p.real_batch = c.bucket;
+    p.real_batch_at = word.data();
+  }
+  std::int32_t** ptrs[] = {&p.kv_move, &p.finished, &p.emit_len, &p.free_begin, &p.free_end};
+  std::int64_t* cap_fields[] = {&p.kv_move_capacity, &p.finished_capacity, &p.emit_len_capacity,
+                                &p.free_begin_capacity, &p.free_end_capacity};
+  for (int i = 0; i < commit_output_count; ++i) {
+    *ptrs[i] = out[static_cast<std::size_t>(i)].data();
+    *cap_fields[i] = caps[i];
+  }
+  p.guard = guard.data();
+  run_commit(ex, p, false);
+  ex.synchronize();
+  for (int i = 0; i < commit_output_count; ++i)
+    o.cells[i] = out[static_cast<std::size_t>(i)].download();
+  o.guard = guard.download();
 }
 
 // The reference's cells in output order.

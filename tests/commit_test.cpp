@@ -8,6 +8,7 @@
 
 #include "specgraph/commit_metadata.hpp"
 #include "specgraph/executor.hpp"
+#include "specgraph/limits.hpp"
 #include "tests/commit_check.hpp"
 #include "tests/commit_reference.hpp"
 #include "tests/commit_run.hpp"
@@ -240,6 +241,60 @@ TEST_P(CommitOnExecutor, E2InExecutorMemory) {
 }
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(CommitOnExecutor);
+
+// Lengths at their limits: seq_len 2^28, allocated_len and the row width 2^31 - 1, page size
+// 2^20, no kv_move (req_to_token is then never read: a one-cell stand-in). The finish sums reach
+// past int32 only in int64: owned 2^28 + 3, ceil_page 2^28 + 2^20.
+TEST(CommitEdges, LengthsAtTheLimits) {
+  const std::int32_t big = 0x7fffffff, seq = limits::max_context_len;
+  const v32 index = {0, 1, 2, -1, 4, 5, -1, -1}, length = {2, 1}, tokens = {1, 2, 3, 0, 7, 9, 0, 0},
+            seq_len = {seq, seq}, allocated = {big, seq + 4}, pool = {0, 0}, one = {0},
+            budget = {big, 1};
+  v32 out[4];
+  for (v32& o : out) o.assign(2 + commit_slack, commit_poison);
+  guard_word guard[commit_guard_count] = {};
+  commit_params p;
+  p.accept_index = index.data();
+  p.accept_length = length.data();
+  p.accept_tokens = tokens.data();
+  p.seq_len = seq_len.data();
+  p.allocated_len = allocated.data();
+  p.req_pool_index = pool.data();
+  p.req_to_token = one.data();
+  p.req_to_token_stride = big;
+  p.pool_rows = 1;
+  p.stop_token_ids = &tokens[2];  // stop id 3: request 0's bonus
+  p.stop_token_count = 1;
+  p.max_new_tokens_left = budget.data();
+  p.batch = p.real_batch = 2;
+  p.draft_tokens = 4;
+  p.num_steps = 3;
+  p.topk = 4;
+  p.page_size = limits::max_page_size;
+  std::int32_t** ptrs[] = {&p.finished, &p.emit_len, &p.free_begin, &p.free_end};
+  std::int64_t* caps[] = {&p.finished_capacity, &p.emit_len_capacity, &p.free_begin_capacity,
+                          &p.free_end_capacity};
+  for (int i = 0; i < 4; ++i) {
+    *ptrs[i] = out[i].data();
+    *caps[i] = 2;
+  }
+  p.guard = guard;
+  auto ex = make_host_executor();
+  for (const bool twin : {true, false}) {
+    for (v32& o : out) o.assign(2 + commit_slack, commit_poison);
+    run_commit(*ex, p, twin);
+    ex->synchronize();
+    const v32 tail(commit_slack, commit_poison);
+    // Request 0 stops on its bonus: emit 3, owned 2^28 + 3, free [2^28 + 2^20, 2^31 - 1).
+    // Request 1's budget 1 finishes it at 1 token: owned 2^28 + 2, clamped to allocated_len.
+    const v32 want[4] = {{1, 1}, {3, 1}, {seq + limits::max_page_size, seq + 4}, {big, seq + 4}};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(v32(out[i].begin(), out[i].begin() + 2), want[i]) << i;
+      EXPECT_EQ(v32(out[i].begin() + 2, out[i].end()), tail) << i;
+    }
+    for (const guard_word& g : guard) EXPECT_EQ(g.violations, 0) << describe(g);
+  }
+}
 
 TEST(CommitCapacities, Exact) {
   const commit_params p = commit_exact_capacities(256, 7);

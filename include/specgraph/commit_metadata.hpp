@@ -89,21 +89,28 @@ struct commit_params {
 
 inline constexpr std::int32_t commit_guard_count = 2;
 
-// The exact capacities (kv_move batch * num_steps * 2, the vectors batch); pointers null.
+// The exact capacities (kv_move batch * num_steps * 2, the vectors batch); pointers null. Host
+// only (no stream); arguments in the ranges of commit_params.
 commit_params commit_exact_capacities(std::int32_t batch, std::int32_t num_steps);
 
-// Scalars (ranges, products, capacities); throws invalid_argument naming the field.
+// Scalars (ranges, products, capacities); throws invalid_argument naming the field. Host only,
+// no stream; reads no buffer.
 void validate_scalars(const commit_params& p);
-// validate_scalars and the pointers. Throws invalid_argument; writes nothing.
+// validate_scalars and the pointers (the inputs, req_to_token included, when batch > 0;
+// stop_token_ids when stop_token_count > 0; guard; at least one output). Throws
+// invalid_argument; writes nothing; no stream.
 void validate(const commit_params& p);
 // Also every input content of the real rows, in host memory (seq_len, allocated_len,
-// req_pool_index, accept_length, accept_index, max_new_tokens_left); throws naming the row.
+// req_pool_index, accept_length, accept_index, max_new_tokens_left); throws naming the row
+// (e.g. allocated_len[1], accept_index[1][2]), the value and the limit. Synchronous, no stream.
 void validate_contents_host(const commit_params& p);
 
-// One pass of batch + 1 logical threads on ex's stream; asynchronous, capture-safe, no
-// allocation; does not reset the guard words.
+// One pass of batch + 1 logical threads on ex's stream (validate first, on the host);
+// asynchronous, capture-safe, no allocation, no synchronisation; does not reset the guard words.
+// Bad content of a real row is recorded in guard[0] (columns: docs/commit.md section 7).
 void launch_commit(executor& ex, const commit_params& p);
-// The same computation on the calling thread over host memory, after validate_contents_host.
+// The same computation on the calling thread over host memory, after validate_contents_host
+// (synchronous, no stream; does not reset the guard words).
 void commit_host(const commit_params& p);
 // Checks (validate; with host_memory validate_contents_host), resets the guard words, then runs
 // commit_host (synchronous) or launch_commit (asynchronous on ex's stream, capture-safe).
