@@ -102,12 +102,17 @@ struct next_round_params {
 inline constexpr std::int32_t next_round_guard_count = 3;
 
 // R1 of docs/next-round.md: max(num_steps * topk, D) at ps = 1 or topk = 1, else
-// max(ceil((ps - 1 + num_steps) / ps) * ps * topk, D). int64; arguments in range.
+// max(ceil((ps - 1 + num_steps) / ps) * ps * topk, D). int64; arguments in range. Host only,
+// no stream.
 std::int64_t next_round_reserve(std::int32_t topk, std::int32_t num_steps,
                                 std::int32_t draft_tokens, std::int32_t page_size);
-// Pages one request can take in a round: ceil((num_steps + 1) / ps).
+// Pages one request can take in a round: ceil((num_steps + 1) / ps), whatever the reserve (for a
+// request holding ceil_page(s + reserve) positions). The ring needs batch times this per round.
+// Host only, no stream.
 std::int64_t next_round_pages_per_request(std::int32_t num_steps, std::int32_t page_size);
 // The exact capacities and the scratch size (scratch_capacity = 2 * batch + 2); pointers null.
+// capacities.draft_slot_stride is num_steps; batch, draft_tokens, num_steps, topk, page_size
+// and real_batch (= batch) are set too. Host only, no stream; arguments in range.
 struct next_round_sizes {
   next_round_params capacities;
   std::int64_t scratch_capacity = 0;
@@ -116,16 +121,27 @@ next_round_sizes next_round_exact_capacities(std::int32_t batch, std::int32_t dr
                                              std::int32_t num_steps, std::int32_t topk,
                                              std::int32_t page_size);
 
+// The scalars only (ranges, products, capacities); throws invalid_argument naming the field.
+// Host only: reads no pointer.
 void validate_scalars(const next_round_params& p);
+// validate_scalars and the pointers (the per-row inputs when batch > 0; req_to_token, the ring
+// words, stall, scratch and guard always; at least one output). Throws; writes nothing.
 void validate(const next_round_params& p);
 // Also the real rows' contents in host memory (new_seq_len, req_pool_index, allocated_len and
-// its page run, ring page ids about to be taken); throws naming the row.
+// its page run, the real-batch word, the ring page ids this round would take); throws naming
+// the row (or ring entry). Reads the ring words and the stall word; writes nothing.
 void validate_contents_host(const next_round_params& p);
 
 // Two passes on ex's stream (the ring plan, one logical thread; then batch logical threads);
-// asynchronous, capture-safe, no allocation; guard words not reset.
+// asynchronous, no synchronisation, capture-safe, no allocation; guard words not reset. Bad
+// content in executor memory is recorded in the guard words, never thrown.
 void launch_next_round(executor& ex, const next_round_params& p);
+// The same computation on the calling thread over host memory, after validate_contents_host;
+// uses a scratch of its own (p.scratch is not written). No stream; synchronous.
 void next_round_host(const next_round_params& p);
+// Checks p (validate; with host_memory validate_contents_host) before anything is written,
+// resets p.guard's next_round_guard_count words on ex's stream, then runs next_round_host
+// (host_memory: synchronous) or launch_next_round (asynchronous on ex's stream, capture-safe).
 void run_next_round(executor& ex, const next_round_params& p, bool host_memory);
 
 }  // namespace specgraph
