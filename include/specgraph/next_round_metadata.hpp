@@ -35,7 +35,9 @@ struct next_round_params {
   const std::int32_t* new_seq_len = nullptr;
   const std::int32_t* bonus = nullptr;
   const std::int32_t* finished = nullptr;
-  const std::int32_t* req_pool_index = nullptr;  // [batch], in [0, pool_rows)
+  // [batch], in [0, pool_rows); distinct across the rows that go on (each row's pass writes its
+  // own req_to_token row).
+  const std::int32_t* req_pool_index = nullptr;
   // Read and written: req_to_token[pool_rows][req_to_token_stride] int32 slots (the new
   // positions of allocating rows), allocated_len [batch] (nxt of allocating rows; real rows:
   // new_seq_len <= allocated_len <= W, and when allocated_len % ps != 0 the slot at
