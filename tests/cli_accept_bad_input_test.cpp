@@ -163,6 +163,7 @@ std::vector<bad_case> bad_cases() {
   add(base, "req_to_token", "[[0,0],[1,2,3]]", "req_to_token[1]: 3 entries, expected the width");
   add(base, "req_to_token", "[[0],[-1],[0]]", "req_to_token[1][0]: -1 is outside [0, 2^31)");
   add(base, "req_pool_index", "[1,3]", "req_pool_index[1]: 3 is outside [0, pool_rows 3)");
+  add(base, "req_pool_index", "[1,1]", "req_pool_index[1]: 1 is also request 0's pool row");
   add(base, "req_pool_index", "[-1,2]", "req_pool_index[0]: -1 is outside [0, pool_rows 3)");
   add(base, "seq_len", "[0,3]", "seq_len[0]: 0 is outside [1, limits::max_context_len");
   add(base, "allocated_len", "[8,11]", "allocated_len[0]: 8 is below seq_len + num_draft_tokens 9");

@@ -89,12 +89,14 @@ TEST(CliAccept, RealBatchZero) {
             "\"verify_out_cache_loc\":[[0,0,0,0],[0,0,0,0]]},\"violations\":[]}\n");
 }
 
-// A padded row's inputs are not checked: a zero length and an allocated_len past the row.
+// A padded row's inputs are not checked: a zero length, an allocated_len past the row, a pool
+// row a real request owns.
 TEST(CliAccept, PaddedRowInputsUnread) {
   fields f = e1();
   set(f, "real_batch", "1");
   set(f, "seq_len", "[5,0]");
   set(f, "allocated_len", "[13,99]");
+  set(f, "req_pool_index", "[1,1]");  // a padded row may share a real request's row
   const cli_result r = run_accept_cli(f);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"accepted_nodes\":[[0,1,2],[]],\"accept_length\":[2,0],"),

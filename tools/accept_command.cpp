@@ -263,6 +263,18 @@ accept_case read_accept_case(const json& doc) {
                        " is outside [0, pool_rows " + std::to_string(c.pool_rows) + ")");
     }
   }
+  // Each request's row is its own: the next round writes a going-on row's req_to_token row from
+  // that row's pass alone (next_round_metadata.hpp), so two real requests may not share one.
+  std::vector<std::int32_t> owner(static_cast<std::size_t>(c.pool_rows), -1);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(c.real_batch); ++r) {
+    std::int32_t& first = owner[static_cast<std::size_t>(c.req_pool_index[r])];
+    if (first >= 0) {
+      throw json_error("req_pool_index" + at(r) + ": " + std::to_string(c.req_pool_index[r]) +
+                       " is also request " + std::to_string(first) +
+                       "'s pool row (real requests own distinct rows)");
+    }
+    first = static_cast<std::int32_t>(r);
+  }
   for (std::size_t r = 0; r < static_cast<std::size_t>(c.real_batch); ++r) check_real_row(c, r);
   check_output_size(c);
   return c;
