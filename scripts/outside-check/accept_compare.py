@@ -70,7 +70,8 @@ def check_tree(c, doc, meta, tally):
             c.eq(f"tree row {r} parents from the draft loop", par, want)
             c.eq(f"tree row {r} tokens", doc["draft_token"][r][1:],
                  [tree["cand_tokens"][r][f] for f in kept])
-    tally["draft_loop_trees" if meta["kind"] == "draft" and topk > 1 else "random_trees"] += real
+    loop = meta["kind"] == "draft" and topk > 1
+    tally["draft_loop_trees" if loop else "mask_builder_trees"] += real
 
 
 def check_padded(c, doc, ours, tally):

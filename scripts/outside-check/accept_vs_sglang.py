@@ -240,7 +240,8 @@ def main(argv=None) -> int:
     mod = sglang_accept_code.load(a.wheel)
     rng = random.Random(a.seed)
     tally = dict(against=against, rounds=0, agree=0, disagree=0, draft_loop_trees=0,
-                 random_trees=0, orphan_trees=0, padded_rounds=0, idle_rounds=0, edge_rounds=0,
+                 mask_builder_trees=0, orphan_trees=0, padded_rounds=0, idle_rounds=0,
+                 edge_rounds=0,
                  short_ring_rounds=0, finished_rows=0, page_sizes={}, cells_compared=0,
                  documented={k: 0 for k in DOCUMENTED}, failures=[])
     t0 = time.time()
@@ -268,8 +269,9 @@ def main(argv=None) -> int:
     print(f"accept_vs_sglang: {tally['rounds']} rounds (seed {a.seed}) against the {against}"
           f"{' (accept_spec_reference.py, not the program)' if against == 'reference' else ''}: "
           f"{tally['agree']} agree, {tally['disagree']} disagree; {tally['cells_compared']} cells "
-          f"compared; trees {tally['draft_loop_trees']} draft-loop, {tally['random_trees']} "
-          f"random, {tally['orphan_trees']} with orphans; {tally['padded_rounds']} padded, "
+          f"compared; trees {tally['draft_loop_trees']} from the draft loop, "
+          f"{tally['mask_builder_trees']} through the mask builder (chains, random parent "
+          f"arrays), {tally['orphan_trees']} with orphans; {tally['padded_rounds']} padded, "
           f"{tally['idle_rounds']} idle, {tally['edge_rounds']} at the context edge, "
           f"{tally['short_ring_rounds']} short rings, {tally['finished_rows']} finished rows; "
           f"documented: " + ", ".join(f"{k} {v}" for k, v in d.items()) +

@@ -119,12 +119,14 @@ METHODS = [
 # The paged branch of prepare_for_draft, from its first statement to the end of the prefix-tail
 # call, run as a function of the names it reads.
 PAGED_LAYOUT = ("sglang/srt/speculative/eagle_worker_common.py", "prepare_for_draft",
-                "rows = req_to_token_pool.req_to_token[", "duplicate_prefix_tail_to_draft_branches(")
+                "rows = req_to_token_pool.req_to_token[",
+                "duplicate_prefix_tail_to_draft_branches(")
 
 KERNEL_HEADER = ("# Extracted at run time from {wheel} by scripts/outside-check/"
                  "sglang_accept_code.py.\nfrom enum import IntEnum\nfrom typing import Optional\n"
                  "import torch\nimport triton\nimport triton.language as tl\n\n")
-HOST_HEADER = """# Extracted at run time from {wheel} by scripts/outside-check/sglang_accept_code.py.
+HOST_HEADER = """# Extracted at run time from {wheel} by scripts/outside-check/
+# sglang_accept_code.py.
 from __future__ import annotations
 import logging, math, types
 from array import array
