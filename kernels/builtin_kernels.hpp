@@ -37,7 +37,10 @@
   X(extend_page_fill)                \
   X(extend_prefix_fill)              \
   X(extend_full_fill)                \
-  X(accept)
+  X(accept)                          \
+  X(commit)                          \
+  X(next_round_plan)                 \
+  X(next_round_row)
 
 namespace specgraph::kernels {
 

@@ -21,6 +21,7 @@ constexpr const char* usage =
     "  metadata fallback   read a sparse-fallback case as JSON on stdin, print the indices\n"
     "  metadata kv-indices read a CSR draft-decode case as JSON on stdin, print every step\n"
     "  metadata verify     read a draft-tree verify case as JSON on stdin, print both layouts\n"
+    "  metadata accept     read a round after verify as JSON on stdin, print its bookkeeping\n"
     "  help                this text\n";
 
 int dispatch(const std::vector<std::string>& args) {

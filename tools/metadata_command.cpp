@@ -48,7 +48,8 @@ constexpr const char* metadata_usage =
     "  kv-indices the CSR draft-decode kv_indptr / kv_indices of every step (docs/csr.md)\n"
     "  verify     a draft tree's FA3 cascade tables and FlashInfer indices + mask "
     "(docs/verify.md)\n"
-    "  extend     the draft-extend tokens, FA3 tables and CSR indices (docs/extend.md)\n";
+    "  extend     the draft-extend tokens, FA3 tables and CSR indices (docs/extend.md)\n"
+    "  accept     a round after verify: acceptance, commit, next round (docs/round-cli.md)\n";
 
 constexpr const char* expand_usage =
     "usage: specgraph metadata expand < case.json\n"
@@ -114,6 +115,25 @@ constexpr const char* extend_usage =
     "output: {\"tokens\": {...}, \"fa3\": {...}, \"triton\": {...}, \"flashinfer\": {...}, "
     "\"violations\": [...]}\n";
 
+constexpr const char* accept_usage =
+    "usage: specgraph metadata accept < case.json\n"
+    "input: one JSON object with the fields (docs/round-cli.md)\n"
+    "  page_size, topk, num_steps, num_draft_tokens  ints >= 1 (num_draft_tokens = D)\n"
+    "  seq_len          [bs] ints, committed tokens per request before the round (>= 1 if real)\n"
+    "  req_pool_index   [bs] ints, each request's row of req_to_token\n"
+    "  req_to_token     rows of equal width W: token slots (row 0 backs padding)\n"
+    "  parent           [bs][D] ints, the tree: parent[0] = -1, parent[i] in [-1, i)\n"
+    "  draft_token      [bs][D] ints, node i's draft token (node 0: the previous bonus)\n"
+    "  target_predict   [bs][D] ints, the target's argmax at node i\n"
+    "  allocated_len    [bs] ints, backed positions: seq_len + D <= allocated_len <= W if real\n"
+    "  free_pages       ints >= 0, the ring of free pages from its head (slots at page_size 1)\n"
+    "  reserve          int >= 0, positions kept allocated past seq_len (default R1)\n"
+    "  real_batch       int in [0, bs], requests that are not padding (default bs)\n"
+    "  stop_token_ids   ints, tokens that finish a request (default none)\n"
+    "  max_new_tokens_left  [bs] ints >= 1, each request's remaining budget (default none)\n"
+    "output: {\"accepted_nodes\", \"accept_length\", ..., \"next_round\": {...}, "
+    "\"violations\": [...]}\n";
+
 bool is_help(const std::string& arg) {
   return arg == "--help" || arg == "-h" || arg == "help";
 }
@@ -132,10 +152,11 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
   }
   const bool expand = args[0] == "expand", fallback = args[0] == "fallback";
   const bool kv = args[0] == "kv-indices", verify = args[0] == "verify";
-  const bool extend = args[0] == "extend";
-  if (!expand && !fallback && !kv && !verify && !extend) {
+  const bool extend = args[0] == "extend", accept = args[0] == "accept";
+  if (!expand && !fallback && !kv && !verify && !extend && !accept) {
     err << "specgraph: error: unknown metadata command " << echo(args[0])
-        << " (commands: expand, fallback, kv-indices, verify, extend; run 'specgraph metadata "
+        << " (commands: expand, fallback, kv-indices, verify, extend, accept; run 'specgraph "
+           "metadata "
            "--help')\n";
     return 2;
   }
@@ -145,6 +166,7 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
               : kv     ? kv_indices_usage
               : verify ? verify_usage
               : extend ? extend_usage
+              : accept ? accept_usage
                        : fallback_usage);
       return 0;
     }
@@ -155,6 +177,7 @@ int metadata_command(const std::vector<std::string>& args, std::istream& in, std
   if (kv) return metadata_kv_indices(in, out, err);
   if (verify) return metadata_verify(in, out, err);
   if (extend) return metadata_extend(in, out, err);
+  if (accept) return metadata_accept(in, out, err);
   return expand ? metadata_expand(in, out, err) : metadata_fallback(in, out, err);
 }
 
