@@ -1,7 +1,7 @@
 // libFuzzer harness: tools/json.cpp's parser and the `metadata expand` / `metadata fallback` /
-// `metadata kv-indices` / `metadata verify` commands, all on every input (the input is the JSON
-// text itself; the kv-indices and verify output checks are in json_fuzz_kv.cpp and
-// json_fuzz_verify.cpp).
+// `metadata kv-indices` / `metadata verify` / `metadata accept` commands, all on every input (the
+// input is the JSON text itself; the kv-indices and verify output checks are in json_fuzz_kv.cpp
+// and json_fuzz_verify.cpp).
 //
 // Promises checked:
 //   * json::parse returns or throws json_error; a parsed document survives a round trip through
@@ -341,5 +341,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (verify.code == 0 && verify.out.size() <= max_parsed_output) {
     specgraph::fuzz::check_verify_output(input, verify.out);
   }
+  // accept: the exit code and error-line promises only (tests/cli_accept_*_test.cpp check values).
+  run(specgraph::tools::metadata_accept, "accept", input);
   return 0;
 }
