@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 DOCUMENTED = ("noop_pairs", "compact_fill", "compact_crash", "row_spill", "row_spill_slots",
-              "row_width_assert", "reserve_2x", "padded_rows")
+              "row_width_assert", "reserve_2x", "host_lag_rows", "padded_rows")
 
 
 def cdiv(a, b):
@@ -196,6 +196,19 @@ def check_alloc(c, mod, torch, run, doc, ours, going, acc, tally):
                                                 "kv_committed_len": new[r]})})
             for r in going]
     _, nxt, _ = mod.page_aligned_decode_alloc_lens(reqs, reserve=R, page_size=ps)
+    # Section 5.1: SGLang's host sizes from the pre-round committed length (one round behind)
+    # with 2 * R1; that must cover what the lag-free rule with R1 allocates.
+    lagged = [type("R", (), {"kv": type("K", (), {"kv_allocated_len": al[r],
+                                                  "kv_committed_len": doc["seq_len"][r]})})
+              for r in going]
+    _, lag, _ = mod.page_aligned_decode_alloc_lens(
+        lagged, reserve=mod.get_alloc_reserve_per_decode(), page_size=ps)
+    r1 = mod.get_alloc_len_per_decode()
+    for r, x in zip(going, lag):
+        need = max(al[r], cdiv(new[r] + r1, ps) * ps)
+        if x < need:
+            c.problems.append(f"row {r}: SGLang's lagged 2 * R1 allocation {x} < {need}")
+        doc_["host_lag_rows"] += 1
     wide = [r for r, x in zip(going, nxt) if x > W]
     viol = [dict(kind="row_width", kernel="accept_alloc", row=r, need=x, width=W)
             for r, x in zip(going, nxt) if x > W]

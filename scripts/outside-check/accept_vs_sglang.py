@@ -24,9 +24,12 @@ taken), the next round's inputs and the violations. Documented differences (sect
     topk 1), row_width_assert: its fail-fast assert (ps > 1, topk > 1); such rounds run SGLang
     again without those rows, which the program must report as `row_width` and leave alone;
   * reserve_2x: rounds run with SGLang's own 2 * R1 (the others set R1 on both sides);
+  * host_lag_rows: rows whose allocation SGLang's host would size from the pre-round committed
+    length (its one-round lag) with 2 * R1; each must cover the lag-free R1 rule's;
   * padded_rows: rows SGLang never runs, checked against section 7.
-Not modelled: the host's one-round lag (SGLang is given the lag-free committed length), the
-extra round a finished request runs in overlap mode, stop strings and grammars.
+Not modelled: the lagged allocation's own req_to_token writes (SGLang's allocation is run with
+the lag-free committed length; the lag is checked on the sizes only), the extra round a
+finished request runs in overlap mode, stop strings and grammars.
 
     python scripts/outside-check/accept_vs_sglang.py \
         --wheel sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl \
