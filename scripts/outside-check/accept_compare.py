@@ -276,6 +276,11 @@ def check_alloc(c, mod, torch, run, doc, ours, going, acc, tally):
                 read += [fp + o for o in range(s % ps)] if topk > 1 else []
             read += [s + j for j in range(D)]
             out = [p for p in read if p >= al[r]]
+            slot = lambda p: rtt[pool[r]][p] if p < al[r] else 0  # noqa: E731
+            c.eq(f"next round row {r} (not allocated) draft and verify slots, backed or 0",
+                 [nr["draft_out_cache_loc"][r], nr["verify_out_cache_loc"][r]],
+                 [[[slot(p) for p in read[t * ns:(t + 1) * ns]] for t in range(topk)],
+                  [slot(s + j) for j in range(D)]])
             if out:
                 viol.append(dict(kind="unbacked", kernel="next_round_slots", row=r,
                                  position=min(out), allocated=al[r]))
