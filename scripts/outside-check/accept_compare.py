@@ -137,6 +137,10 @@ def compare(mod, torch, run, doc, meta, ours, tally):
         pairs = cm["pairs"]
         moves = [p for p in pairs if p[0] != p[1]]
         doc_["noop_pairs"] += len(pairs) - len(moves)
+        packed = [[verify[r][k], verify[r][n]] for r, p in enumerate(paths)
+                  for k, n in enumerate(p)]
+        c.eq("SGLang's pairs: every (V[k], V[n_k]) packed, then (0, 0) to bs * S", pairs,
+             packed + [[0, 0]] * (real * S - len(packed)))
         c.eq("kv_moves (SGLang's pairs with dst != src, in its order)", ours["kv_moves"], moves)
         kv = {s: ("old", s) for row in verify for s in row}
         for r in range(real):
