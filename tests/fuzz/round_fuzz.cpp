@@ -151,9 +151,10 @@ void run(reader& in) {
   c.topk = scalar(in, raw == 1, 1, max_topk, limits::max_topk);
   c.num_steps = scalar(in, raw == 2, 1, max_steps, max_accept_steps);
   const std::int64_t most = std::int64_t{c.topk} * c.num_steps + 1;
-  c.draft_tokens =
-      raw == 3 ? in.value32(1, 21, max_accept_tokens)
-               : static_cast<std::int32_t>(c.topk == 1 ? c.num_steps + 1 : in.small(1, most));
+  // Wrapping into int32 (a raw num_steps may be INT32_MAX): invalid values stay invalid.
+  c.draft_tokens = raw == 3 ? in.value32(1, 21, max_accept_tokens)
+                            : static_cast<std::int32_t>(static_cast<std::uint32_t>(
+                                  c.topk == 1 ? std::int64_t{c.num_steps} + 1 : in.small(1, most)));
   c.batch = scalar(in, raw == 4, 0, max_bucket, limits::max_batch);
   const std::uint8_t real_mode = in.byte();
   c.real_batch =
