@@ -178,6 +178,10 @@ bool run_accept_stage(const round& c, accepted& out) {
     FUZZ_CHECK(c.how == path::host && content && !bad.empty(),
                "accept refused '%s' (path %d, %zu bad records)", e.what(), static_cast<int>(c.how),
                bad.size());
+    // The twin names the lowest bad request (seq_len[r], parent[r][i]).
+    const std::string row = "[" + std::to_string(bad.front().row) + "]";
+    FUZZ_CHECK(e.field().find(row) != std::string::npos, "accept refused '%s', expected request %d",
+               e.what(), bad.front().row);
   }
   check_unchanged(parent, c.parent, "accept", "parent");
   check_unchanged(draft, c.draft, "accept", "draft_token");
