@@ -57,8 +57,8 @@ declare -A BUDGET=(
                       # tests (each at most 8 s), then python/tests/test_extend_cuda.py (a
                       # torch import + CUDA context ~8 s, 100 small rounds)
   [round]=14          # the round after verify (issue 31): acceptance, commit and next-round cuda
-                      # tests of four binaries (each at most ROUND_CPP_SECONDS; no torch), a CUDA
-                      # context ~1 s each
+                      # tests of four binaries (each cut at ROUND_CPP_SECONDS; no torch): a CUDA
+                      # context ~1 s and under 1 s of small cases each (estimated, not measured)
   [tests]=45          # every ctest test (not python.pytest), cuda instances included
   [run-compare]=15    # two small seeded simulated runs (both formats), a few seconds each
   [python]=29         # pytest over every python/tests/*_cuda.py but the extend step's, in one
@@ -66,11 +66,11 @@ declare -A BUDGET=(
   [torch-example]=36  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each; examples/engine_runner.py
                       # (10 s of it: a torch import, 4 graphs, 12 rounds)
-  [benchmarks]=55     # the selection in BENCH_RUNS (~90 cuda benchmarks at min_time 0.005 s)
+  [benchmarks]=55     # the selection in BENCH_RUNS (~110 cuda benchmarks at min_time 0.005 s)
   [peer-torch]=13     # bench/peer_torch.py at buckets 1, 64, 256
   [peer-csr]=17       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
                       # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
-  [memcheck]=20       # cuda tests of the binaries that have some, newest first (the extend
+  [memcheck]=20       # cuda tests of the binaries that have some, newest first (the round
                       # binaries), 4 at a time
   [initcheck]=16      # same, initcheck
 )
