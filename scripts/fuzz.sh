@@ -30,7 +30,7 @@ build=${args[1]:-build-asan}
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: seconds-per-harness must be a number, not '$seconds'" >&2; exit 2; }
 [[ "$build" = /* ]] || build="$root/$build"
 
-harnesses=(json_fuzz plan_fuzz kernels_fuzz kv_indices_fuzz verify_fuzz extend_fuzz runtime_fuzz)
+harnesses=(json_fuzz plan_fuzz kernels_fuzz kv_indices_fuzz verify_fuzz extend_fuzz round_fuzz runtime_fuzz)
 missing=0
 for h in "${harnesses[@]}"; do [ -x "$build/tests/fuzz/$h" ] || missing=1; done
 if ((missing)); then

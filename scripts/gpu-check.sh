@@ -36,11 +36,11 @@ set -uo pipefail
 
 # ---- step budgets, in seconds: the one place to change them ------------------------------------
 # Order is execution order: what needs no GPU, then the smoke step (the newest, riskiest paths:
-# their signal survives whatever fails later), the extend step (the draft-extend phase, the newest
-# code), then the rest by value per second, the sanitizers
+# their signal survives whatever fails later), the extend step (the draft-extend phase) and the round
+# step (the round after verify, the newest code), then the rest by value per second, the sanitizers
 # (slowest, least likely to finish) last. Sum <= 480 - PACKAGING_RESERVE; the order rules and the
 # sum are checked at start and by the contract (scripts/gpu-check/contract.py).
-STEPS=(machine deps build smoke extend tests run-compare python torch-example benchmarks
+STEPS=(machine deps build smoke extend round tests run-compare python torch-example benchmarks
   peer-torch peer-csr memcheck initcheck)
 declare -A BUDGET=(
   [machine]=15        # three nvidia-smi calls: the first on a cold machine starts the driver's
@@ -56,20 +56,23 @@ declare -A BUDGET=(
   [extend]=25         # the draft-extend phase, the newest code: its three C++ binaries' cuda
                       # tests (each at most 8 s), then python/tests/test_extend_cuda.py (a
                       # torch import + CUDA context ~8 s, 100 small rounds)
+  [round]=14          # the round after verify (issue 31): acceptance, commit and next-round cuda
+                      # tests of four binaries (each cut at ROUND_CPP_SECONDS; no torch): a CUDA
+                      # context ~1 s and under 1 s of small cases each (estimated, not measured)
   [tests]=45          # every ctest test (not python.pytest), cuda instances included
   [run-compare]=15    # two small seeded simulated runs (both formats), a few seconds each
-  [python]=32         # pytest over every python/tests/*_cuda.py but the extend step's, in one
+  [python]=29         # pytest over every python/tests/*_cuda.py but the extend step's, in one
                       # call (the CPU rest runs in CI): one torch import, ~20 s of tests
-  [torch-example]=40  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
+  [torch-example]=36  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each; examples/engine_runner.py
                       # (10 s of it: a torch import, 4 graphs, 12 rounds)
-  [benchmarks]=55     # the selection in BENCH_RUNS (~90 cuda benchmarks at min_time 0.005 s)
-  [peer-torch]=15     # bench/peer_torch.py at buckets 1, 64, 256
-  [peer-csr]=20       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
+  [benchmarks]=55     # the selection in BENCH_RUNS (~110 cuda benchmarks at min_time 0.005 s)
+  [peer-torch]=13     # bench/peer_torch.py at buckets 1, 64, 256
+  [peer-csr]=17       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
                       # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
-  [memcheck]=21       # cuda tests of the binaries that have some, newest first (the extend
+  [memcheck]=20       # cuda tests of the binaries that have some, newest first (the round
                       # binaries), 4 at a time
-  [initcheck]=17      # same, initcheck
+  [initcheck]=16      # same, initcheck
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
 TOTAL_LIMIT=480
@@ -108,11 +111,21 @@ EXTEND_CPP=("extend_ops_test:Executors/ExtendOps.*/cuda" "runtime_extend_test:Ex
             "sim_extend_round_test:Executors/SimExtendRound.*/cuda")
 EXTEND_CPP_SECONDS=8
 EXTEND_PYTEST=(python/tests/test_extend_cuda.py)
+# The round step (issue 31, the round after verify): binary:gtest filter of the cuda instances of
+# the acceptance, commit and next-round launchers with every buffer in executor memory (random
+# trees, one output short in some, the device real-batch word; the commit's examples; the next
+# round's examples and random rounds with the ring), at SMOKE_PROPERTY_CASES, each at most
+# ROUND_CPP_SECONDS. The benchmarks step times the three chained (bench_round).
+ROUND_CPP=("accept_test:Executors/AcceptExecutors.*/cuda" "commit_test:Executors/CommitOnExecutor.*/cuda"
+           "commit_random_test:Executors/CommitRandomOnExecutor.*/cuda"
+           "next_round_test:Executors/NextRoundExecutor.*/cuda")
+ROUND_CPP_SECONDS=5
 # The benchmarks that answer the run's questions (docs/gpu-check.md), one program
 # run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex. The
-# newest first (bench_extend: one run_extend_metadata at 6 cases), so a slow older one cannot
-# starve it.
+# newest first (bench_round: acceptance, commit and next round chained, 20 cases; bench_extend:
+# one run_extend_metadata at 6 cases), so a slow older one cannot starve them.
 BENCH_RUNS=(
+  "round_chain|bench_round|^round/cuda/bucket:(1|4|16|64|256)/topk:(1|4)/page_size:(1|16)/"
   "extend|bench_extend|^extend/cuda/bucket:(1|64|256)/W:8/page_size:(1|64)/M:4096/path:0/"
   "expand|bench_metadata|^expand/(fused|multipass)/cuda/bucket:(1|64|256)/topk:8/page_size:16/step:(0|4)/"
   "capture_table|bench_graphs|^lifecycle/capture_table/[a-z_]+/cuda/"

@@ -20,6 +20,9 @@ QUESTIONS = [
     ("verify", "verify metadata (FA3 cascade, FlashInfer with packed mask): build time per bucket"),
     ("extend", "draft-extend metadata: the extend step's CUDA tests, device time per bucket, and "
                "the main job's extend step"),
+    ("round", "the round after verify (acceptance, commit, next round): the round step's CUDA "
+              "tests, device time and rounds per second of the three launches chained, launches "
+              "and host syncs per round"),
 ]
 BUCKETS = (1, 64, 256)
 
@@ -292,6 +295,39 @@ def extend(work):
     return text
 
 
+def round_after_verify(work):
+    """The round step's tests (must have run) and bench_round's cuda rounds (the round_chain
+    selection): device time per round of run_accept + run_commit + run_next_round at buckets 1, 4,
+    16, 64, 256 for topk 1 (page size 1) and topk 4 (page size 16), rounds per second, launches
+    and host synchronisations per round."""
+    status = read(work, "status", "round")
+    if status not in ("ok", "failed", "timeout"):
+        raise Missing(why_not(work, "round"))
+    text = f"tests {status}: {read(work, 'notes', 'round').splitlines()[0]}"
+    try:
+        runs = bench(work, "round_chain")
+        cells = []
+        for bucket in (1, 4, 16, 64, 256):
+            parts = []
+            for topk, ps in ((1, 1), (4, 16)):
+                b = pick(runs, "round/cuda", bucket=bucket, topk=topk, page_size=ps)
+                parts.append(f"topk {topk} ps {ps} {fmt(us(b))} us ({fmt(1e6 / us(b))} rounds/s)")
+            cells.append(f"bucket {bucket}: " + ", ".join(parts))
+        b = pick(runs, "round/cuda", bucket=64, topk=4, page_size=16)
+        text += (f"; device time per round, num_steps 5: " + "; ".join(cells) +
+                 f"; {fmt(b.get('launches_per_round', -1))} launches and "
+                 f"{fmt(b.get('host_syncs_per_round', -1))} host syncs per round, host submission "
+                 f"{fmt(b.get('host_submit_us', -1))} us at bucket 64")
+    except Missing as e:
+        text += f"; bench_round: not answered ({e})"
+    return text
+
+
+
+# Answers whose function is not named by the id (`round` would shadow the builtin).
+ANSWER_FUNCTIONS = {"round": round_after_verify}
+
+
 def main(argv):
     if len(argv) != 1:
         print(__doc__.splitlines()[0], file=sys.stderr)
@@ -305,7 +341,7 @@ def main(argv):
                             text="not answered: dry run (no GPU)"))
             continue
         try:
-            text, answered = globals()[qid](work), True
+            text, answered = ANSWER_FUNCTIONS.get(qid, globals().get(qid))(work), True
         except Missing as e:
             text, answered = f"not answered: {e}", False
         except Exception as e:  # a malformed file must not cost the other answers

@@ -33,10 +33,10 @@ import re
 import sys
 import tarfile
 
-STEPS = ["machine", "deps", "build", "smoke", "extend", "tests", "run-compare", "python",
+STEPS = ["machine", "deps", "build", "smoke", "extend", "round", "tests", "run-compare", "python",
          "torch-example", "benchmarks", "peer-torch", "peer-csr", "memcheck", "initcheck"]
 NO_GPU_STEPS = ["machine", "deps", "build"]  # first, in this order
-GPU_STEPS = {"smoke", "extend", "tests", "run-compare", "memcheck", "initcheck", "python", "torch-example",
+GPU_STEPS = {"smoke", "extend", "round", "tests", "run-compare", "memcheck", "initcheck", "python", "torch-example",
              "benchmarks", "peer-torch", "peer-csr"}
 STATUSES = {"ok", "failed", "timeout", "skipped", "refused"}
 MAX_FILES, MAX_DEPTH, MAX_BYTES, LIMIT_SECONDS, SMOKE_LIMIT = 8, 2, 16 << 20, 480, 40
@@ -53,7 +53,7 @@ MEASURED_COST = {
 }
 # What the run must answer (docs/gpu-check.md): the summary's answers, by id.
 QUESTIONS = ["capture", "step_time", "expand", "main_job", "sanitizers", "while_round", "csr",
-             "verify", "extend"]
+             "verify", "extend", "round"]
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -238,9 +238,9 @@ def check(results, dry_run):
 
 def self_test():
     """The plan rules and the answers check go red on what they must refuse."""
-    good = {"machine": 15, "deps": 35, "build": 90, "smoke": 40, "extend": 25, "tests": 45,
-            "run-compare": 15, "python": 32, "torch-example": 40, "benchmarks": 55,
-            "peer-torch": 15, "peer-csr": 20, "memcheck": 21, "initcheck": 17}
+    good = {"machine": 15, "deps": 35, "build": 90, "smoke": 40, "extend": 25, "round": 14,
+            "tests": 45, "run-compare": 15, "python": 29, "torch-example": 36, "benchmarks": 55,
+            "peer-torch": 13, "peer-csr": 17, "memcheck": 20, "initcheck": 16}
     failures = []
 
     def expect(label, names, budgets, reserve, says=None):
@@ -267,6 +267,12 @@ def self_test():
                f"{n} budget {cost - 1} s < its measured CPU-side cost")
     expect("a step without budget", STEPS, {n: v for n, v in good.items() if n != "deps"}, 15,
            "budgets name")
+    no_round = [n for n in STEPS if n != "round"]
+    expect("no round step", no_round, {n: good[n] for n in no_round}, 15, "!= ")
+    round_last = [n for n in STEPS if n != "round"] + ["round"]
+    expect("the round step moved", round_last, good, 15, "!= ")
+    expect("the round step over the limit", STEPS, dict(good, round=good["round"] + spare + 1),
+           15, "> 480 s")
     for p in failures:
         print("self-test:", p)
     if failures:

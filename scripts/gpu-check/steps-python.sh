@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Part of scripts/gpu-check.sh (sourced in step mode): the smoke, extend, python, torch-example,
-# peer-torch and peer-csr steps. Python runs the source tree's package with the extension the build step built
+# Part of scripts/gpu-check.sh (sourced in step mode): the smoke, extend, round, python,
+# torch-example, peer-torch and peer-csr steps. Python runs the source tree's package with the extension the build step built
 # (py_env in steps-build.sh), as ctest's python.pytest does.
 # shellcheck disable=SC2317,SC2034
 
@@ -134,6 +134,26 @@ step_extend() {
     note "C++ extend ops/graphs/main-job round $cpp/$cpp_total passed; torch extend $py passed"
   else
     note "C++ $cpp/$cpp_total, torch $py passed; ${why[*]}"
+  fi
+  return $rc
+}
+
+# The round after verify (issue 31), right after the extend step: the cuda instances of the
+# acceptance, commit and next-round launchers (ROUND_CPP), one JUnit file each (logs/round-*.xml);
+# C++ only. The benchmarks step times the three chained (bench_round, the round_chain selection).
+step_round() {
+  local rc=0 why=() cpp=0 cpp_total=0
+  gtest_entries "$ROUND_CPP_SECONDS" round "${ROUND_CPP[@]}"
+  if [ "$SG_DRY" = 1 ]; then
+    [ ${#why[@]} = 0 ] || { note "dry run: round selection: ${why[*]}"; return 1; }
+    note "skipped (dry run): needs a GPU; the C++ filters of ${#ROUND_CPP[@]} binaries select tests"
+    exit $EX_SKIP
+  fi
+  [ "$cpp_total" -gt 0 ] || { why+=("no round test ran"); rc=1; }
+  if [ $rc = 0 ]; then
+    note "C++ accept/commit/next-round cuda $cpp/$cpp_total passed"
+  else
+    note "C++ $cpp/$cpp_total passed; ${why[*]}"
   fi
   return $rc
 }

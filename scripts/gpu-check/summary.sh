@@ -17,7 +17,7 @@ json_val() {  # a number stays a number, anything else becomes a string
 }
 step_note() { cat "$SG_WORK/notes/$1" 2>/dev/null | head -1; }
 # The questions the run must answer (scripts/gpu-check/answers.py; the contract checks the ids).
-ANSWER_IDS=(capture step_time expand main_job sanitizers while_round csr verify extend)
+ANSWER_IDS=(capture step_time expand main_job sanitizers while_round csr verify extend round)
 
 # answers.py over the work folder: answers.json and answers.txt there; a fallback saying why not
 # when it fails, so the summaries always hold an answer per question.

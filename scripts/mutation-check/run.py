@@ -12,7 +12,8 @@ whether the expected tests were among the failures.
 An entry may name a "command" instead of relying on ctest: for what only a script checks (the
 configure checks of tests/scripts/configure_test.sh, the installed-package test ctest leaves out
 here). It runs after the rebuild, in the scratch source copy, with {src} and {build} replaced by
-the scratch folders; the mutation is caught when it fails.
+the scratch folders and {root} by this repository (for what the copy leaves out: the fuzz
+corpora); the mutation is caught when it fails.
 
 Takes a while (a rebuild and a test run per mutation, python.pytest included when the Python
 package builds): 82 minutes for 47 mutations on the 2-core CI machine under other load (README),
@@ -100,7 +101,8 @@ def main():
                 if b.returncode != 0:
                     outcome, failed = "invalid (does not compile)", []
                 elif "command" in m:
-                    command = m["command"].replace("{src}", src).replace("{build}", build)
+                    command = (m["command"].replace("{src}", src).replace("{build}", build)
+                               .replace("{root}", ROOT))
                     t = run(["bash", "-c", command], cwd=src, env=env, timeout=3600)
                     failed = [m["expect"]] if t.returncode != 0 else []
                     outcome = "caught" if t.returncode != 0 else "SURVIVED"

@@ -106,10 +106,10 @@ inline void check_guard_word(const guard_word& g, const char* context) {
                context, g.kind, g.kernel, g.row, g.column, g.capacity,
                static_cast<long long>(g.value));
   } else {
-    FUZZ_CHECK(g.kind >= 1 && g.kind <= static_cast<std::int32_t>(violation_kind::accept_len),
+    FUZZ_CHECK(g.kind >= 1 && g.kind <= static_cast<std::int32_t>(violation_kind::unbacked),
                "%s: %d violations, invalid kind %d", context, g.violations, g.kind);
     FUZZ_CHECK(
-        g.kernel >= 1 && g.kernel <= static_cast<std::int32_t>(kernel_id::extend_select_index),
+        g.kernel >= 1 && g.kernel <= static_cast<std::int32_t>(kernel_id::next_round_outputs),
         "%s: %d violations, invalid kernel %d", context, g.violations, g.kernel);
   }
 }
