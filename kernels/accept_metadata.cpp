@@ -8,6 +8,7 @@
 #include "device/checks.hpp"
 #include "kernels/accept_fill.hpp"
 #include "kernels/builtin_kernels.hpp"
+#include "kernels/family_run.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/limits.hpp"
@@ -117,30 +118,34 @@ void validate_contents_host(const accept_params& p) {
   }
 }
 
-void launch_accept(executor& ex, const accept_params& p) {
-  validate(p);
-  ex.launch(accept_launch(p));
-}
+namespace {
 
-void accept_host(const accept_params& p) {
-  validate_contents_host(p);
+// The passes without checks (the entries below check first).
+void accept_run_here(const accept_params& p) {
   const kernel_launch l = accept_launch(p);
   l.host_run(l.params, l.rows);
 }
 
+void accept_enqueue(executor& ex, const accept_params& p) {
+  ex.launch(accept_launch(p));
+}
+
+}  // namespace
+
+void launch_accept(executor& ex, const accept_params& p) {
+  validate(p);
+  accept_enqueue(ex, p);
+}
+
+void accept_host(const accept_params& p) {
+  validate_contents_host(p);
+  accept_run_here(p);
+}
+
 void run_accept(executor& ex, const accept_params& p, bool host_memory) {
-  if (host_memory) {
-    validate_contents_host(p);  // every content; nothing written
-  } else {
-    validate(p);
-  }
-  // The guard words start clean each acceptance round.
-  ex.fill_bytes(p.guard, 0, sizeof(guard_word) * accept_guard_count);
-  if (host_memory) {
-    accept_host(p);
-  } else {
-    launch_accept(ex, p);
-  }
+  kernels::run_family(
+      ex, p, host_memory, p.guard, accept_guard_count, [](const accept_params& q) { validate(q); },
+      [](const accept_params& q) { validate_contents_host(q); }, accept_run_here, accept_enqueue);
 }
 
 }  // namespace specgraph

@@ -7,6 +7,7 @@
 #include "device/checks.hpp"
 #include "kernels/builtin_kernels.hpp"
 #include "kernels/commit_row.hpp"
+#include "kernels/family_run.hpp"
 #include "specgraph/accept_metadata.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
@@ -124,30 +125,34 @@ void validate_contents_host(const commit_params& p) {
   }
 }
 
-void launch_commit(executor& ex, const commit_params& p) {
-  validate(p);
-  ex.launch(commit_launch(p));
-}
+namespace {
 
-void commit_host(const commit_params& p) {
-  validate_contents_host(p);
+// The passes without checks (the entries below check first).
+void commit_run_here(const commit_params& p) {
   const kernel_launch l = commit_launch(p);
   l.host_run(l.params, l.rows);
 }
 
+void commit_enqueue(executor& ex, const commit_params& p) {
+  ex.launch(commit_launch(p));
+}
+
+}  // namespace
+
+void launch_commit(executor& ex, const commit_params& p) {
+  validate(p);
+  commit_enqueue(ex, p);
+}
+
+void commit_host(const commit_params& p) {
+  validate_contents_host(p);
+  commit_run_here(p);
+}
+
 void run_commit(executor& ex, const commit_params& p, bool host_memory) {
-  if (host_memory) {
-    validate_contents_host(p);  // every content; nothing written
-  } else {
-    validate(p);
-  }
-  // The guard words start clean each commit.
-  ex.fill_bytes(p.guard, 0, sizeof(guard_word) * commit_guard_count);
-  if (host_memory) {
-    commit_host(p);
-  } else {
-    launch_commit(ex, p);
-  }
+  kernels::run_family(
+      ex, p, host_memory, p.guard, commit_guard_count, [](const commit_params& q) { validate(q); },
+      [](const commit_params& q) { validate_contents_host(q); }, commit_run_here, commit_enqueue);
 }
 
 }  // namespace specgraph

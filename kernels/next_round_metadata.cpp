@@ -8,6 +8,7 @@
 
 #include "device/checks.hpp"
 #include "kernels/builtin_kernels.hpp"
+#include "kernels/family_run.hpp"
 #include "kernels/next_round_alloc.hpp"
 #include "kernels/next_round_row.hpp"
 #include "specgraph/accept_metadata.hpp"
@@ -197,32 +198,39 @@ void validate_contents_host(const next_round_params& p) {
   }
 }
 
-void launch_next_round(executor& ex, const next_round_params& p) {
-  validate(p);
-  run_passes(p, [&](const kernel_launch& l) { ex.launch(l); });
-}
+namespace {
 
-void next_round_host(const next_round_params& p) {
-  validate_contents_host(p);
+// The passes without checks (the entries below check first). On the calling thread the plan
+// lives in a scratch of the twin's own.
+void next_round_run_here(const next_round_params& p) {
   std::vector<std::int64_t> scratch(static_cast<std::size_t>(2 * std::int64_t{p.batch} + 2), 0);
   next_round_params q = p;
   q.scratch = scratch.data();
   run_passes(q, [](const kernel_launch& l) { l.host_run(l.params, l.rows); });
 }
 
+void next_round_enqueue(executor& ex, const next_round_params& p) {
+  run_passes(p, [&](const kernel_launch& l) { ex.launch(l); });
+}
+
+}  // namespace
+
+void launch_next_round(executor& ex, const next_round_params& p) {
+  validate(p);
+  next_round_enqueue(ex, p);
+}
+
+void next_round_host(const next_round_params& p) {
+  validate_contents_host(p);
+  next_round_run_here(p);
+}
+
 void run_next_round(executor& ex, const next_round_params& p, bool host_memory) {
-  if (host_memory) {
-    validate_contents_host(p);  // every content; nothing written
-  } else {
-    validate(p);
-  }
-  // The guard words start clean each round.
-  ex.fill_bytes(p.guard, 0, sizeof(guard_word) * next_round_guard_count);
-  if (host_memory) {
-    next_round_host(p);
-  } else {
-    launch_next_round(ex, p);
-  }
+  kernels::run_family(
+      ex, p, host_memory, p.guard, next_round_guard_count,
+      [](const next_round_params& q) { validate(q); },
+      [](const next_round_params& q) { validate_contents_host(q); }, next_round_run_here,
+      next_round_enqueue);
 }
 
 }  // namespace specgraph
