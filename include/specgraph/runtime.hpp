@@ -39,6 +39,7 @@
 #include "specgraph/ops.hpp"
 #include "specgraph/plan.hpp"
 #include "specgraph/round_io.hpp"
+#include "specgraph/round_ops.hpp"
 #include "specgraph/verify_ops.hpp"
 
 namespace specgraph {
@@ -47,6 +48,8 @@ namespace specgraph {
 inline constexpr std::int32_t verify_graph_step = -2;
 // graph_timing::step and capture_failed::step of a draft-extend graph (one per bucket).
 inline constexpr std::int32_t extend_graph_step = -3;
+// graph_timing::step and capture_failed::step of a device-round graph (one per bucket).
+inline constexpr std::int32_t device_round_graph_step = -4;
 
 struct graph_timing {
   std::int32_t bucket = 0;
@@ -62,8 +65,9 @@ struct capture_report {
   std::int32_t graphs = 0;
   std::int32_t instantiated = 0;
   std::int32_t updated = 0;
-  std::int32_t verify_graphs = 0;  // of `graphs`: the verify graphs (one per bucket)
-  std::int32_t extend_graphs = 0;  // of `graphs`: the draft-extend graphs (one per bucket)
+  std::int32_t verify_graphs = 0;        // of `graphs`: the verify graphs (one per bucket)
+  std::int32_t extend_graphs = 0;        // of `graphs`: the draft-extend graphs (one per bucket)
+  std::int32_t device_round_graphs = 0;  // of `graphs`: the device-round graphs (one per bucket)
   double total_seconds = 0;
   std::vector<graph_timing> per_graph;  // in capture order (largest bucket first)
 };
@@ -286,6 +290,22 @@ class draft_runtime {
   // The view the extend forward gets for `bucket`, with ex and stream set.
   extend_view extend_view_of(std::int32_t bucket) const;
 
+  // ---- the whole round on the device (config.round_on_device; docs/round-graphs.md section 6;
+  // the contract in device_round.hpp) ----
+  // Binds the engine's req_to_token (mutable, the same array as engine_tables::req_to_token),
+  // the page ring and the op's options once, before capture(); host checks only.
+  void bind_round_ring(const after_verify_inputs& in);
+  bool round_ring_bound() const noexcept { return round_bound_; }
+  // One launch of the staged bucket's device-round graph (no sync; checked mode: sync + the
+  // sticky guard summary checked), and k launches back to back (no sync, no host work).
+  void launch_device_round(const round_events& events = {});
+  void launch_device_rounds(std::int32_t k);
+  // The sticky guard summary (every round since the last reset, folded), synchronising; and
+  // its reset (stream-ordered memset, no sync).
+  [[nodiscard]] std::vector<guard_word> read_round_guards();
+  void reset_round_guards();
+  [[nodiscard]] std::unique_ptr<graph> capture_device_round_graph(std::int32_t bucket);
+
   // Writes one Graphviz file per captured graph into `directory` (bucket<B>_step<s>.dot,
   // bucket<B>_round.dot, bucket<B>_verify.dot, bucket<B>_extend.dot).
   void write_dot(const std::string& directory) const;
@@ -314,6 +334,12 @@ class draft_runtime {
   void record_extend_body(std::int32_t bucket);
   void capture_extend_graphs(capture_report& report, const std::function<void(int, int)>& progress,
                              int total);
+
+  void record_device_round_body(std::int32_t bucket);
+  void capture_device_round_graphs(capture_report& report,
+                                   const std::function<void(int, int)>& progress, int total);
+  bool device_round_wanted() const;
+  void launch_device_round_graph();
 
   executor* ex_;
   std::unique_ptr<const specgraph::plan> plan_;  // stable address: buffers_ points at it
@@ -344,6 +370,11 @@ class draft_runtime {
   std::vector<std::unique_ptr<graph_slot>> extend_graphs_;  // [bucket index]; empty without
   bool extend_captured_ = false;
   std::int32_t extend_bucket_ = 0;  // the verify round's bucket once its accept_len is staged
+  after_verify_inputs round_in_;    // bind_round_ring
+  bool round_bound_ = false;
+  device_buffer round_guards_;  // [guard_count] the sticky summary
+  std::vector<std::unique_ptr<graph_slot>> device_round_graphs_;  // [bucket index]
+  bool device_round_captured_ = false;
   std::vector<const void*> nvtx_capture_, nvtx_replay_;
   const void* nvtx_stage_ = nullptr;
   const void* nvtx_round_ = nullptr;

@@ -1,0 +1,195 @@
+// The whole round as one graph per bucket (draft_runtime::launch_device_round(s),
+// docs/round-graphs.md section 6): K = 8 rounds (a) as K launches of the device-round graph back
+// to back with no host work in between, (b) driven from the host (stage, run_round,
+// stage_verify, replay_verify, the host twins, stage_extend, replay_extend, restage), (c) the
+// independent references chained on a mirror (tests/round_chain.hpp). The accepted paths,
+// lengths, bonus tokens, draft extend's inputs per round, and the final seq_len, allocated_len,
+// draft slots, req_to_token and ring head agree across the three; (a) makes exactly K graph
+// launches, no synchronisation and no copy; finished rows, padded rows, a ring that runs short
+// (and the sticky guard summary across rounds), misuse refused by name.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specgraph/error.hpp"
+#include "specgraph/executor.hpp"
+#include "specgraph/runtime.hpp"
+#include "tests/device_round_rig.hpp"
+#include "tests/device_round_run.hpp"
+#include "tests/test_support.hpp"
+
+namespace specgraph::testing {
+namespace {
+
+constexpr std::int32_t K = 8;
+
+class DeviceRound : public ExecutorTest {};
+
+// Every configuration, fresh seeds, real batch 1..4 (padded rows in buckets 2 and 4): (a), (b)
+// and (c) agree; acceptance reaches 0 and num_steps; some rows finish on the stop token.
+TEST_P(DeviceRound, BackToBackLaunchesEqualTheHostDrivenRoundsAndTheReferences) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::int64_t zero_accepts = 0, full_accepts = 0, finished = 0;
+  for (const dr_config& d : dr_configs) {
+    SCOPED_TRACE(d.name);
+    const draft_config cfg = dr_draft_config(d);
+    const plan p = make_plan(cfg);
+    for (int i = 0; i < property_cases(6); ++i) {
+      const std::int32_t real = 1 + static_cast<std::int32_t>(i % 4);
+      SCOPED_TRACE("case " + std::to_string(i) + ", real batch " + std::to_string(real));
+      const dr_start s = make_start(p, real, K, rng);
+      const dr_record want = run_reference(p, s, K);
+      dr_rig a(*ex, cfg, s);
+      executor_counters during;
+      const dr_record got_a = a.run_device(K, i % 2 == 0, &during);
+      EXPECT_EQ(during.graph_launches, K);
+      EXPECT_EQ(during.synchronizations, 0);
+      EXPECT_EQ(during.copies_to_host, 0);
+      EXPECT_EQ(during.copies_to_device, 0);
+      EXPECT_EQ(during.kernel_launches, 0);
+      expect_same(got_a, want, K, "(a) device rounds against the references");
+      const std::vector<guard_word> words = a.rt.read_round_guards();
+      for (std::size_t w = 0; w < words.size(); ++w) {
+        EXPECT_EQ(words[w].violations, 0)
+            << guard_site_of(p, static_cast<std::int32_t>(w)).buffer << ": " << describe(words[w]);
+      }
+      dr_rig b(*ex, cfg, s);
+      std::int64_t launches_b = 0;
+      const dr_record got_b = b.run_host(K, &launches_b);
+      EXPECT_GT(launches_b, K);
+      expect_same(got_b, want, K, "(b) host-driven against the references");
+      for (std::int32_t k = 0; k < K; ++k) {
+        for (std::int32_t r = 0; r < real; ++r) {
+          const std::int32_t c = want.accept_length[k][r];
+          zero_accepts += c == 0;
+          full_accepts += c == cfg.num_steps;
+          finished += want.finished[k][r];
+        }
+      }
+    }
+  }
+  EXPECT_GT(zero_accepts, 0);
+  EXPECT_GT(full_accepts, 0);
+  EXPECT_GT(finished, 0);
+}
+
+// A ring holding one round's worst case: a later round runs short and stalls (every row built
+// inactive), the rounds after it stay padding until the host clears the word; (a) equals the
+// references, and the sticky summary holds the round section's violations summed over the
+// rounds as the references count them.
+TEST_P(DeviceRound, AShortRingStallsTheLaterRounds) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const dr_config& d : dr_configs) {
+    SCOPED_TRACE(d.name);
+    const draft_config cfg = dr_draft_config(d);
+    const plan p = make_plan(cfg);
+    const dr_start s = make_start(p, 4, 1, rng);
+    const dr_record want = run_reference(p, s, K);
+    ASSERT_EQ(want.stall, 1) << "the ring must run short within K rounds";
+    dr_rig a(*ex, cfg, s);
+    const dr_record got = a.run_device(K, true);
+    expect_same(got, want, K, "(a) against the references");
+    const std::vector<guard_word> g = a.rt.read_round_guards();
+    for (std::int32_t w = 0; w < round_guard_count; ++w) {
+      EXPECT_EQ(g[static_cast<std::size_t>(p.layout.round.guard_base + w)].violations,
+                want.guard_total[static_cast<std::size_t>(w)])
+          << guard_site_of(p, p.layout.round.guard_base + w).buffer;
+    }
+    EXPECT_GT(want.guard_total[round_guard_next], 0) << "the stall is recorded";
+  }
+}
+
+// Guard words across rounds: each round's setup resets the live words, the graph's last node
+// folds them into the sticky summary. A padded row reading junk in pool row 0 (1 bad-input
+// violation of prefix.page_table per round): the live word says 1, the summary K, row 1 (the
+// padded row); reset_round_guards empties the summary; the results are unaffected.
+TEST_P(DeviceRound, TheSummaryKeepsEveryRoundsViolationsUntilTheHostResetsIt) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const draft_config cfg = dr_draft_config(dr_configs[0]);
+  const plan p = make_plan(cfg);
+  dr_start s = make_start(p, 1, K, rng);
+  s.req_to_token[0] = -9;
+  const dr_record want = run_reference(p, s, K);
+  dr_rig a(*ex, cfg, s);
+  const dr_record got = a.run_device(K, true);
+  expect_same(got, want, K, "(a) against the references");
+  const auto prefix = static_cast<std::size_t>(plan_layout::guard_prefix);
+  const std::vector<guard_word> live = a.rt.read_guards();
+  const std::vector<guard_word> summary = a.rt.read_round_guards();
+  EXPECT_EQ(live[prefix].violations, 1);
+  EXPECT_EQ(summary[prefix].violations, K) << describe(summary[prefix]);
+  EXPECT_EQ(summary[prefix].row, 1);
+  EXPECT_EQ(summary[prefix].kind, static_cast<std::int32_t>(violation_kind::bad_input));
+  try {
+    raise_guard_violations(p, summary, 2, "round");
+    ADD_FAILURE() << "the summary must raise";
+  } catch (const guard_violation& e) {
+    EXPECT_NE(std::string(e.what()).find("prefix.page_table"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(8 in total)"), std::string::npos) << e.what();
+  }
+  a.rt.reset_round_guards();
+  const std::vector<guard_word> cleared = a.rt.read_round_guards();
+  EXPECT_EQ(cleared[prefix].violations, 0);
+  // One more round: the summary holds exactly that round's.
+  a.rt.launch_device_round();
+  EXPECT_EQ(a.rt.read_round_guards()[prefix].violations, 1);
+}
+
+// Misuse: a plan without the round section, no ring bound, no capture, no staged round, a
+// binding that does not match the runtime's tables, a binding after capture: refused by name
+// (or as an error), nothing launched.
+TEST_P(DeviceRound, MisuseIsRefusedByName) {
+  std::mt19937_64 rng(5);
+  const draft_config cfg = dr_draft_config(dr_configs[1]);
+  const plan p = make_plan(cfg);
+  const dr_start s = make_start(p, 3, K, rng);
+  {
+    draft_config without = cfg;
+    without.round_on_device = false;
+    dvec<std::int32_t> r2t(*ex, s.req_to_token);
+    draft_runtime rt(*ex, without, engine_tables{r2t.data(), 0});
+    expect_invalid([&] { rt.launch_device_round(); }, "round_on_device");
+    expect_invalid([&] { rt.bind_round_ring(after_verify_inputs{}); }, "round_on_device");
+  }
+  dr_rig a(*ex, cfg, s);
+  const std::int64_t launches = ex->counters().graph_launches;
+  expect_invalid([&] { a.rt.launch_device_round(); }, "ring", "bind_round_ring");
+  expect_invalid([&] { a.rt.launch_device_rounds(2); }, "ring");
+  after_verify_inputs other = a.in;
+  dvec<std::int32_t> copy(*ex, s.req_to_token);
+  other.req_to_token = copy.data();
+  expect_invalid([&] { a.rt.bind_round_ring(other); }, "req_to_token");
+  other = a.in;
+  other.ring = nullptr;
+  expect_invalid([&] { a.rt.bind_round_ring(other); }, "ring");
+  other = a.in;
+  other.real_batch = 2;
+  expect_invalid([&] { a.rt.bind_round_ring(other); }, "real_batch");
+  a.rt.bind_round_ring(a.in);
+  EXPECT_THROW(a.rt.launch_device_round(), error);  // before capture
+  const capture_report report = a.rt.capture();
+  EXPECT_EQ(report.device_round_graphs, 2);
+  EXPECT_EQ(report.per_graph.back().step, device_round_graph_step);
+  EXPECT_EQ(report.per_graph.back().bucket, 2);     // largest first
+  EXPECT_THROW(a.rt.launch_device_round(), error);  // before stage()
+  expect_invalid([&] { a.rt.bind_round_ring(a.in); }, "bind_round_ring");
+  a.stage_start();
+  expect_invalid([&] { a.rt.launch_device_rounds(0); }, "k");
+  EXPECT_EQ(ex->counters().graph_launches, launches);
+  a.rt.launch_device_round();
+  EXPECT_EQ(ex->counters().graph_launches, launches + 1);
+}
+
+SPECGRAPH_INSTANTIATE_EXECUTORS(DeviceRound);
+
+}  // namespace
+}  // namespace specgraph::testing
