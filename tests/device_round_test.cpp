@@ -144,6 +144,47 @@ TEST_P(DeviceRound, TheSummaryKeepsEveryRoundsViolationsUntilTheHostResetsIt) {
   EXPECT_EQ(a.rt.read_round_guards()[prefix].violations, 1);
 }
 
+// docs/round-graphs.md section 6.3's example, as pasted, over the rig's runtime and buffers;
+// the rounds equal the references and every guard word is clean.
+TEST_P(DeviceRound, TheDocsExampleRuns) {
+  std::mt19937_64 rng(11);
+  const draft_config cfg = dr_draft_config(dr_configs[1]);
+  const plan p = make_plan(cfg);
+  const dr_start s = make_start(p, 3, K, rng);
+  dr_rig a(*ex, cfg, s);
+  draft_runtime& rt = a.rt;
+  std::int32_t* req_to_token = a.r2t.data();
+  const std::int32_t* pages = a.ring.data();
+  const std::int64_t capacity = static_cast<std::int64_t>(s.ring.size());
+  const std::int64_t* tail = a.tail.data();
+  const std::vector<std::int64_t> slots(static_cast<std::size_t>(3 * cfg.topk * cfg.slot_stride));
+  round_inputs first_round;
+  first_round.batch = 3;
+  first_round.req_pool_index = s.pool.data();
+  first_round.seq_len = s.seq_len.data();
+  first_round.out_cache_loc = slots.data();
+  const round_view v = rt.buffers().round(s.bucket);
+  ex->copy_to_device(v.allocated_len, s.allocated_len.data(), s.allocated_len.size() * 4);
+  ex->copy_to_device(v.stop_token_ids, &stop_id, sizeof stop_id);
+  // --- the example ---
+  after_verify_inputs ring;
+  ring.req_to_token = req_to_token;  // the runtime's engine_tables::req_to_token
+  ring.ring = pages;                 // page ids the engine's allocator publishes
+  ring.ring_capacity = capacity;
+  ring.ring_tail = tail;      // the engine's tail counter, executor memory
+  ring.stop_token_count = 1;  // stop ids in buffers().round().stop_token_ids
+  ring.budget = false;
+  rt.bind_round_ring(ring);
+  (void)rt.capture();          // step, verify, extend and device-round graphs
+  rt.stage(first_round);       // once; allocated_len etc. written into the section
+  rt.launch_device_rounds(8);  // 8 graph launches, no sync
+  const std::vector<guard_word> words = rt.read_round_guards();  // synchronises
+  raise_guard_violations(rt.plan(), words, rt.staged_bucket(), "round");
+  rt.reset_round_guards();
+  // --- end of the example ---
+  expect_same(a.read_device(K), run_reference(p, s, K), K, "the docs example");
+}
+
 // Misuse: a plan without the round section, no ring bound, no capture, no staged round, a
 // binding that does not match the runtime's tables, a binding after capture: refused by name
 // (or as an error), nothing launched.
