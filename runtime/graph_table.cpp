@@ -249,6 +249,10 @@ void draft_runtime::write_dot(const std::string& directory) const {
       extend_graphs_[bi]->captured->write_dot(directory + "/bucket" +
                                               std::to_string(c.buckets[bi]) + "_extend.dot");
     }
+    if (bi < device_round_graphs_.size() && device_round_graphs_[bi]->captured) {
+      device_round_graphs_[bi]->captured->write_dot(
+          directory + "/bucket" + std::to_string(c.buckets[bi]) + "_device_round.dot");
+    }
   }
 }
 
