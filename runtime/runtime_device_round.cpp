@@ -7,14 +7,12 @@
 #include <vector>
 
 #include "device/checks.hpp"
-#include "kernels/builtin_kernels.hpp"
-#include "kernels/device_round.hpp"
 #include "runtime/runtime_parts.hpp"
+#include "specgraph/device_round.hpp"
 #include "specgraph/error.hpp"
 #include "specgraph/extend_ops.hpp"
 #include "specgraph/ops.hpp"
 #include "specgraph/round_ops.hpp"
-#include "specgraph/row_kernel.hpp"
 #include "specgraph/runtime.hpp"
 
 namespace specgraph {
@@ -78,25 +76,25 @@ void draft_runtime::record_device_round_body(std::int32_t bucket) {
   launch_commit(*ex_, l.commit);
   if (plan_->layout.extend.enabled()) {
     const extend_view e = buffers_.extend(bucket);
-    kernels::extend_handoff_kernel::params h{};
+    extend_handoff_params h;
     h.accept_length = v.accept.accept_length;
+    h.accept_length_capacity = v.accept.accept_length_capacity;
     h.accept_len = e.accept_len;
-    h.capacity = plan_->max_bucket();
+    h.accept_len_capacity = plan_->max_bucket();  // the section holds the largest bucket
     h.real_batch_at = buffers_.real_batch();
-    h.rows = bucket;
-    h.max_accept = c.num_steps;
-    SPECGRAPH_EXPECTS(bucket <= h.capacity, "bucket", "past the extend section's capacity");
-    ex_->launch(make_kernel_launch<kernels::extend_handoff_kernel>(h, bucket,
-                                                                   kernels::cuda_extend_handoff()));
+    h.batch = bucket;
+    h.num_steps = c.num_steps;
+    launch_extend_handoff(*ex_, h);
     record_extend_body(bucket);
   }
   launch_next_round(*ex_, l.next);
-  kernels::guard_fold_kernel::params f{};
+  // Every word a round resets (all but the staging word and round.order, which stay sticky).
+  guard_fold_params f;
   const std::int32_t first = plan_layout::guard_prefix;
   f.words = buffers_.guards() + first;
   f.summary = static_cast<guard_word*>(round_guards_.data()) + first;
   f.count = plan_->layout.guard_order - first;
-  ex_->launch(make_kernel_launch<kernels::guard_fold_kernel>(f, 1, kernels::cuda_guard_fold()));
+  launch_guard_fold(*ex_, f);
 }
 
 std::unique_ptr<graph> draft_runtime::capture_device_round_graph(std::int32_t bucket) {
