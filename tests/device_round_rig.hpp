@@ -5,6 +5,7 @@
 // driven from the host with the library's host twins.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -44,13 +45,7 @@ class dr_rig {
           rv.target_predict,      p.config.verify_tokens,        p.config.topk, stop_id};
       v.ex->launch(make_kernel_launch<toy_verify_kernel>(k, v.bucket, toy_verify_cuda()));
     });
-    rt.set_extend_forward([this](const extend_view& v) {
-      const round_view rv = rt.buffers().round(v.bucket);
-      round_log_kernel::params k{
-          counter.data(),          max_logged,      v.bucket,     S,         rv.accept.accept_index,
-          rv.accept.accept_length, rv.accept.bonus, v.accept_len, v.seq_len, log.data()};
-      v.ex->launch(make_kernel_launch<round_log_kernel>(k, 1, round_log_cuda()));
-    });
+    if (cfg.draft_extend) set_logger();
     in.req_to_token = r2t.data();
     in.ring = ring.data();
     in.ring_capacity = static_cast<std::int64_t>(s.ring.size());
@@ -59,11 +54,21 @@ class dr_rig {
     in.budget = false;
   }
 
+  // The extend forward: logs each round at the device counter.
+  void set_logger() {
+    rt.set_extend_forward([this](const extend_view& v) {
+      const round_view rv = rt.buffers().round(v.bucket);
+      round_log_kernel::params k{
+          counter.data(),          max_logged,      v.bucket,     S,         rv.accept.accept_index,
+          rv.accept.accept_length, rv.accept.bonus, v.accept_len, v.seq_len, log.data()};
+      v.ex->launch(make_kernel_launch<round_log_kernel>(k, 1, round_log_cuda()));
+    });
+  }
+
   // The starting state into the runtime: the draft round staged (slots 0), the section's state.
   void stage_start() {
     const plan& p = rt.plan();
-    const std::vector<std::int64_t> slots(
-        static_cast<std::size_t>(s_.real * p.config.topk * p.config.slot_stride), 0);
+    const std::vector<std::int64_t> slots = first_slots(p, s_);
     round_inputs r;
     r.batch = s_.real;
     r.req_pool_index = s_.pool.data();
@@ -79,17 +84,30 @@ class dr_rig {
     ex_.copy_to_device(v.stop_token_ids, &stop_id, sizeof stop_id);
   }
 
-  // (a): K launches (one launch_device_rounds(K), or K launch_device_round() calls) and the
-  // executor's counters over them; then the log and the final state read back.
-  dr_record run_device(std::int32_t rounds, bool one_call, executor_counters* during = nullptr) {
+  // (a): K launches and the executor's counters over them; then the log and the final state
+  // read back. mode 0: one launch_device_rounds(K); 1: K launch_device_round() calls; 2: K
+  // calls with the ring's tail published one round's worst case at a time before each launch
+  // (the engine's allocator; its only host work between rounds).
+  dr_record run_device(std::int32_t rounds, int mode, executor_counters* during = nullptr) {
     rt.bind_round_ring(in);
     (void)rt.capture();
     stage_start();
+    const plan& p = rt.plan();
+    const std::int64_t per_round =
+        s_.bucket * ((p.config.num_steps + 1 + p.config.page_size - 1) / p.config.page_size);
+    std::int64_t published = mode == 2 ? std::min(per_round, s_.tail) : s_.tail;
+    ex_.copy_to_device(tail.data(), &published, sizeof published);
     const executor_counters before = ex_.counters();
-    if (one_call) {
+    if (mode == 0) {
       rt.launch_device_rounds(rounds);
     } else {
-      for (std::int32_t k = 0; k < rounds; ++k) rt.launch_device_round();
+      for (std::int32_t k = 0; k < rounds; ++k) {
+        if (mode == 2 && k > 0) {
+          published = std::min(published + per_round, s_.tail);
+          ex_.copy_to_device(tail.data(), &published, sizeof published);
+        }
+        rt.launch_device_round();
+      }
     }
     if (during != nullptr) {
       const executor_counters& after = ex_.counters();
@@ -147,6 +165,8 @@ class dr_rig {
     std::memcpy(h.req_pool_index(), s_.pool.data(), s_.pool.size() * 4);
     std::memcpy(hv.allocated_len, s_.allocated_len.data(), s_.allocated_len.size() * 4);
     *h.real_batch() = s_.real;
+    const std::vector<std::int64_t> slots = first_slots(p, s_);
+    std::memcpy(h.out_cache_loc(), slots.data(), slots.size() * 8);
     *hv.stop_token_ids = stop_id;
     std::vector<std::int32_t> host_r2t = s_.req_to_token;
     std::int64_t host_tail = s_.tail;

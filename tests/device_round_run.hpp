@@ -103,6 +103,27 @@ inline dr_start make_start(const plan& p, std::int32_t real, std::int64_t ring_r
   return s;
 }
 
+// The first round's draft slots [real][topk][slot_stride]: as the next round would write them
+// when branches are not paged (page size 1 or topk 1: step j of branch t at position
+// seq_len + t * num_steps + j), so checked mode's layout checks hold; 0 otherwise.
+inline std::vector<std::int64_t> first_slots(const plan& p, const dr_start& s) {
+  const draft_config& c = p.config;
+  const std::int64_t k = c.topk, n = c.num_steps, stride = c.slot_stride;
+  std::vector<std::int64_t> out(static_cast<std::size_t>(s.real * k * stride), 0);
+  if (c.page_size > 1 && k > 1) return out;
+  for (std::int64_t r = 0; r < s.real; ++r) {
+    const std::int64_t row = s.pool[static_cast<std::size_t>(r)];
+    for (std::int64_t t = 0; t < k; ++t) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t pos = s.seq_len[static_cast<std::size_t>(r)] + t * n + j;
+        out[static_cast<std::size_t>((r * k + t) * stride + j)] =
+            s.req_to_token[static_cast<std::size_t>(row * s.width + pos)];
+      }
+    }
+  }
+  return out;
+}
+
 // What K rounds produced.
 struct dr_record {
   // Per round: accept_index [B][S], accept_length, bonus, finished [B]; draft extend's

@@ -47,11 +47,12 @@ TEST_P(DeviceRound, BackToBackLaunchesEqualTheHostDrivenRoundsAndTheReferences) 
       const dr_record want = run_reference(p, s, K);
       dr_rig a(*ex, cfg, s);
       executor_counters during;
-      const dr_record got_a = a.run_device(K, i % 2 == 0, &during);
+      const int mode = i % 3;
+      const dr_record got_a = a.run_device(K, mode, &during);
       EXPECT_EQ(during.graph_launches, K);
       EXPECT_EQ(during.synchronizations, 0);
       EXPECT_EQ(during.copies_to_host, 0);
-      EXPECT_EQ(during.copies_to_device, 0);
+      EXPECT_EQ(during.copies_to_device, mode == 2 ? K - 1 : 0) << "only the ring's tail";
       EXPECT_EQ(during.kernel_launches, 0);
       expect_same(got_a, want, K, "(a) device rounds against the references");
       const std::vector<guard_word> words = a.rt.read_round_guards();
@@ -95,7 +96,7 @@ TEST_P(DeviceRound, AShortRingStallsTheLaterRounds) {
     const dr_record want = run_reference(p, s, K);
     ASSERT_EQ(want.stall, 1) << "the ring must run short within K rounds";
     dr_rig a(*ex, cfg, s);
-    const dr_record got = a.run_device(K, true);
+    const dr_record got = a.run_device(K, 0);
     expect_same(got, want, K, "(a) against the references");
     const std::vector<guard_word> g = a.rt.read_round_guards();
     for (std::int32_t w = 0; w < round_guard_count; ++w) {
@@ -121,7 +122,7 @@ TEST_P(DeviceRound, TheSummaryKeepsEveryRoundsViolationsUntilTheHostResetsIt) {
   s.req_to_token[0] = -9;
   const dr_record want = run_reference(p, s, K);
   dr_rig a(*ex, cfg, s);
-  const dr_record got = a.run_device(K, true);
+  const dr_record got = a.run_device(K, 0);
   expect_same(got, want, K, "(a) against the references");
   const auto prefix = static_cast<std::size_t>(plan_layout::guard_prefix);
   const std::vector<guard_word> live = a.rt.read_guards();
@@ -143,6 +144,66 @@ TEST_P(DeviceRound, TheSummaryKeepsEveryRoundsViolationsUntilTheHostResetsIt) {
   // One more round: the summary holds exactly that round's.
   a.rt.launch_device_round();
   EXPECT_EQ(a.rt.read_round_guards()[prefix].violations, 1);
+}
+
+// Without draft_extend the graph holds no handoff and no extend: the round's state after K
+// launches equals the references all the same.
+TEST_P(DeviceRound, WithoutDraftExtendTheStateEqualsTheReferences) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const dr_config& d : dr_configs) {
+    SCOPED_TRACE(d.name);
+    draft_config cfg = dr_draft_config(d);
+    cfg.draft_extend = false;
+    const plan p = make_plan(cfg);
+    const dr_start s = make_start(p, 3, K, rng);
+    dr_rig a(*ex, cfg, s);
+    executor_counters during;
+    const dr_record got = a.run_device(K, 0, &during);
+    EXPECT_EQ(during.graph_launches, K);
+    expect_same(got, run_reference(p, s, K), 0, "(a) final state against the references");
+    for (const guard_word& g : a.rt.read_round_guards()) EXPECT_EQ(g.violations, 0);
+  }
+}
+
+// Checked mode: launch_device_round synchronises and raises the summary's first set word, here
+// a padded row's junk slot in pool row 0; the events are waited on and recorded; K clean rounds
+// keep every word clean, the draft slots' layout checks included.
+TEST_P(DeviceRound, CheckedModeRaisesTheSummaryAfterTheLaunch) {
+  std::mt19937_64 rng(9);
+  draft_config cfg = dr_draft_config(dr_configs[0]);
+  cfg.checked = true;
+  const plan p = make_plan(cfg);
+  dr_start s = make_start(p, 1, K, rng);
+  dr_rig clean(*ex, cfg, s);
+  const event_handle ready(*ex), done(*ex);
+  ex->record_event(ready.get());
+  clean.rt.bind_round_ring(clean.in);
+  (void)clean.rt.capture();
+  clean.stage_start();
+  clean.rt.launch_device_round({ready.get(), done.get()});  // clean: no throw
+  EXPECT_TRUE(ex->event_complete(done.get()));
+  // The rounds after it draft on the slots the next round wrote: checked mode's layout checks
+  // of the draft metadata hold in every round.
+  clean.rt.launch_device_rounds(K - 1);
+  const std::vector<guard_word> words = clean.rt.read_round_guards();
+  for (std::size_t w = 0; w < words.size(); ++w) {
+    EXPECT_EQ(words[w].violations, 0)
+        << guard_site_of(p, static_cast<std::int32_t>(w)).buffer << ": " << describe(words[w]);
+  }
+  s.req_to_token[0] = -9;
+  dr_rig a(*ex, cfg, s);
+  a.rt.bind_round_ring(a.in);
+  (void)a.rt.capture();
+  a.stage_start();
+  try {
+    a.rt.launch_device_round();
+    ADD_FAILURE() << "checked mode must raise the summary";
+  } catch (const guard_violation& e) {
+    EXPECT_NE(std::string(e.what()).find("prefix.page_table"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
+  }
 }
 
 // docs/round-graphs.md section 6.3's example, as pasted, over the rig's runtime and buffers;
