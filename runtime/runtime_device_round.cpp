@@ -138,8 +138,8 @@ void check_launchable(const plan& p, bool bound, bool captured, std::int32_t buc
   SPECGRAPH_EXPECTS(bound, "ring", "not bound: call bind_round_ring, then capture()");
   if (!captured) {
     throw error(
-        "launch_device_round before capture() (with the verify forward, and the extend "
-        "forward when draft_extend): no device-round graphs exist");
+        "launch_device_round before capture() (with the verify forward, the extend forward "
+        "when draft_extend, and device_steps off): no device-round graphs exist");
   }
   if (bucket == 0) throw error("launch_device_round before stage(): no round is staged");
 }
