@@ -40,7 +40,7 @@ TEST_P(DeviceRound, BackToBackLaunchesEqualTheHostDrivenRoundsAndTheReferences) 
     SCOPED_TRACE(d.name);
     const draft_config cfg = dr_draft_config(d);
     const plan p = make_plan(cfg);
-    for (int i = 0; i < property_cases(6); ++i) {
+    for (int i = 0; i < property_cases(12); ++i) {
       const std::int32_t real = 1 + static_cast<std::int32_t>(i % 4);
       SCOPED_TRACE("case " + std::to_string(i) + ", real batch " + std::to_string(real));
       const dr_start s = make_start(p, real, K, rng);
