@@ -32,6 +32,11 @@ void draft_runtime::bind_round_ring(const after_verify_inputs& in) {
   SPECGRAPH_EXPECTS(!captured_, "bind_round_ring",
                     "called after capture(): the graphs baked in the previous binding; bind "
                     "first, then capture()");
+  // The round writes the next round's state into the staged inputs (round_view.hpp): inputs
+  // read in place would never see it.
+  SPECGRAPH_EXPECTS(source_.staged(), "inputs",
+                    "bound with bind_inputs: the device round writes the next round's seq_len "
+                    "and draft slots into the runtime's staged inputs; use stage() instead");
   // The commit and the next round write the very table the draft, verify and extend metadata
   // read: one array, one stride.
   SPECGRAPH_EXPECTS(in.req_to_token == tables_.req_to_token, "req_to_token",
@@ -58,8 +63,9 @@ void draft_runtime::bind_round_ring(const after_verify_inputs& in) {
 
 bool draft_runtime::device_round_wanted() const {
   const bool extend = plan_->layout.extend.enabled();
-  return plan_->layout.round.enabled() && round_bound_ && !plan_->config.device_steps &&
-         static_cast<bool>(verify_forward_) && (!extend || static_cast<bool>(extend_forward_));
+  return plan_->layout.round.enabled() && round_bound_ && source_.staged() &&
+         !plan_->config.device_steps && static_cast<bool>(verify_forward_) &&
+         (!extend || static_cast<bool>(extend_forward_));
 }
 
 // Draft steps, verify metadata + forward, acceptance and commit, [the extend handoff, extend
@@ -133,9 +139,11 @@ void draft_runtime::launch_device_round_graph() {
 
 namespace {
 
-void check_launchable(const plan& p, bool bound, bool captured, std::int32_t bucket) {
+void check_launchable(const plan& p, bool bound, bool staged, bool captured, std::int32_t bucket) {
   require_round(p);
   SPECGRAPH_EXPECTS(bound, "ring", "not bound: call bind_round_ring, then capture()");
+  SPECGRAPH_EXPECTS(staged, "inputs",
+                    "bound with bind_inputs: the device round needs the staged inputs (stage())");
   if (!captured) {
     throw error(
         "launch_device_round before capture() (with the verify forward, the extend forward "
@@ -148,7 +156,7 @@ void check_launchable(const plan& p, bool bound, bool captured, std::int32_t buc
 
 void draft_runtime::launch_device_round(const round_events& events) {
   ensure_usable();
-  check_launchable(*plan_, round_bound_, device_round_captured_, bucket_);
+  check_launchable(*plan_, round_bound_, source_.staged(), device_round_captured_, bucket_);
   if (events.wait_for != nullptr) guarding_cuda([&] { ex_->wait_event(events.wait_for); });
   launch_device_round_graph();
   if (events.done != nullptr) guarding_cuda([&] { ex_->record_event(events.done); });
@@ -159,7 +167,7 @@ void draft_runtime::launch_device_round(const round_events& events) {
 void draft_runtime::launch_device_rounds(std::int32_t k) {
   ensure_usable();
   detail::between("k", k, 1, std::int32_t{1} << 20, "2^20");
-  check_launchable(*plan_, round_bound_, device_round_captured_, bucket_);
+  check_launchable(*plan_, round_bound_, source_.staged(), device_round_captured_, bucket_);
   for (std::int32_t i = 0; i < k; ++i) launch_device_round_graph();
   next_step_ = plan_->config.num_steps;
 }

@@ -20,6 +20,7 @@
 #include "specgraph/runtime.hpp"
 #include "tests/device_round_rig.hpp"
 #include "tests/device_round_run.hpp"
+#include "tests/engine_inputs_support.hpp"
 #include "tests/test_support.hpp"
 
 namespace specgraph::testing {
@@ -277,6 +278,14 @@ TEST_P(DeviceRound, MisuseIsRefusedByName) {
   other = a.in;
   other.real_batch = 2;
   expect_invalid([&] { a.rt.bind_round_ring(other); }, "real_batch");
+  {  // inputs read in place: the round's state would never reach them
+    dr_rig bound(*ex, cfg, s);
+    input_layout l;
+    l.slots = cfg.num_steps;
+    engine_tensors tensors(*ex, l, p.max_bucket(), cfg.topk);
+    bound.rt.bind_inputs(tensors.inputs());
+    expect_invalid([&] { bound.rt.bind_round_ring(bound.in); }, "inputs", "stage()");
+  }
   a.rt.bind_round_ring(a.in);
   EXPECT_THROW(a.rt.launch_device_round(), error);  // before capture
   const capture_report report = a.rt.capture();
