@@ -4,6 +4,7 @@
 #include "kernels/accept_fill.hpp"
 #include "kernels/builtin_kernels.hpp"
 #include "kernels/commit_row.hpp"
+#include "kernels/device_round.hpp"
 #include "kernels/draft_kv_indices.hpp"
 #include "kernels/expand_page_table.hpp"
 #include "kernels/extend_fill.hpp"

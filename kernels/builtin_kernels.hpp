@@ -40,7 +40,9 @@
   X(accept)                          \
   X(next_round_plan)                 \
   X(next_round_row)                  \
-  X(commit)
+  X(commit)                          \
+  X(extend_handoff)                  \
+  X(guard_fold)
 
 namespace specgraph::kernels {
 

@@ -119,8 +119,9 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
   const std::int32_t per_bucket = step_graphs + (c.round_graphs || c.device_depth ? 1 : 0);
   const bool verify = plan_->layout.verify.enabled() && static_cast<bool>(verify_forward_);
   const bool extend = plan_->layout.extend.enabled() && static_cast<bool>(extend_forward_);
-  const int total =
-      static_cast<int>(c.buckets.size()) * (per_bucket + (verify ? 1 : 0) + (extend ? 1 : 0));
+  const bool device_round = device_round_wanted();
+  const int total = static_cast<int>(c.buckets.size()) *
+                    (per_bucket + (verify ? 1 : 0) + (extend ? 1 : 0) + (device_round ? 1 : 0));
   for (std::size_t bi = c.buckets.size(); bi-- > 0;) {
     const std::int32_t bucket = c.buckets[bi];
     for (std::int32_t i = 0; i < per_bucket; ++i) {
@@ -137,6 +138,7 @@ capture_report draft_runtime::capture(const std::function<void(int, int)>& progr
   }
   if (verify) capture_verify_graphs(report, progress, total);
   if (extend) capture_extend_graphs(report, progress, total);
+  if (device_round) capture_device_round_graphs(report, progress, total);
   report.total_seconds = seconds_since(start);
   captured_ = true;
   return report;
@@ -246,6 +248,10 @@ void draft_runtime::write_dot(const std::string& directory) const {
     if (bi < extend_graphs_.size() && extend_graphs_[bi]->captured) {
       extend_graphs_[bi]->captured->write_dot(directory + "/bucket" +
                                               std::to_string(c.buckets[bi]) + "_extend.dot");
+    }
+    if (bi < device_round_graphs_.size() && device_round_graphs_[bi]->captured) {
+      device_round_graphs_[bi]->captured->write_dot(
+          directory + "/bucket" + std::to_string(c.buckets[bi]) + "_device_round.dot");
     }
   }
 }

@@ -1,6 +1,7 @@
 // Internal: the pieces of draft_runtime shared by its implementation files (runtime.cpp:
 // construction, staging and guards; graph_table.cpp: capture, update, replay and DOT files;
-// runtime_verify.cpp: the verify graphs), the one capture loop of the draft and verify graphs
+// runtime_verify.cpp: the verify graphs; runtime_extend.cpp, runtime_device_round.cpp: the
+// extend and device-round graphs), the one capture loop of the draft and verify graphs
 // among them (detail::capture_body, detail::capture_timed).
 #pragma once
 

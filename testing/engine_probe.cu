@@ -1,6 +1,7 @@
 #include "specgraph/row_kernel_cuda.cuh"
 #include "testing/csr_probe.hpp"
 #include "testing/engine_probe.hpp"
+#include "testing/round_forward.hpp"
 
 namespace specgraph::testing {
 cuda_rows_fn engine_probe_cuda() {
@@ -17,5 +18,11 @@ cuda_rows_fn constant_condition_cuda() {
 }
 cuda_rows_fn csr_probe_cuda() {
   return &cuda_rows<csr_probe_kernel>;
+}
+cuda_rows_fn toy_verify_cuda() {
+  return &cuda_rows<toy_verify_kernel>;
+}
+cuda_rows_fn round_log_cuda() {
+  return &cuda_rows<round_log_kernel>;
 }
 }  // namespace specgraph::testing

@@ -39,6 +39,7 @@
 #include "specgraph/ops.hpp"
 #include "specgraph/plan.hpp"
 #include "specgraph/round_io.hpp"
+#include "specgraph/round_ops.hpp"
 #include "specgraph/verify_ops.hpp"
 
 namespace specgraph {
@@ -47,6 +48,8 @@ namespace specgraph {
 inline constexpr std::int32_t verify_graph_step = -2;
 // graph_timing::step and capture_failed::step of a draft-extend graph (one per bucket).
 inline constexpr std::int32_t extend_graph_step = -3;
+// graph_timing::step and capture_failed::step of a device-round graph (one per bucket).
+inline constexpr std::int32_t device_round_graph_step = -4;
 
 struct graph_timing {
   std::int32_t bucket = 0;
@@ -62,8 +65,9 @@ struct capture_report {
   std::int32_t graphs = 0;
   std::int32_t instantiated = 0;
   std::int32_t updated = 0;
-  std::int32_t verify_graphs = 0;  // of `graphs`: the verify graphs (one per bucket)
-  std::int32_t extend_graphs = 0;  // of `graphs`: the draft-extend graphs (one per bucket)
+  std::int32_t verify_graphs = 0;        // of `graphs`: the verify graphs (one per bucket)
+  std::int32_t extend_graphs = 0;        // of `graphs`: the draft-extend graphs (one per bucket)
+  std::int32_t device_round_graphs = 0;  // of `graphs`: the device-round graphs (one per bucket)
   double total_seconds = 0;
   std::vector<graph_timing> per_graph;  // in capture order (largest bucket first)
 };
@@ -148,7 +152,8 @@ class draft_runtime {
   // With a verify section and a verify forward set, also one verify graph per bucket (largest
   // first, after the draft graphs; capture_failed with step verify_graph_step), and with a
   // draft-extend section and an extend forward set one extend graph per bucket after those
-  // (capture_failed with step extend_graph_step).
+  // (capture_failed with step extend_graph_step), and after bind_round_ring the device-round
+  // graphs (capture_failed with step device_round_graph_step).
   capture_report capture(const std::function<void(int, int)>& progress = {});
   bool captured() const noexcept { return captured_; }
   // Captures graph(bucket, step) and returns it without instantiating; step = all_steps
@@ -286,8 +291,35 @@ class draft_runtime {
   // The view the extend forward gets for `bucket`, with ex and stream set.
   extend_view extend_view_of(std::int32_t bucket) const;
 
+  // ---- the whole round as one graph (config.round_on_device; docs/round-graphs.md section 6)
+  // Binds the engine's req_to_token (mutable; the very array and stride of engine_tables), the
+  // ring and the op's options (after_verify_inputs; real_batch -1: the staged word is read) once,
+  // before capture(); then capture() also captures one device-round graph per bucket (with a
+  // verify forward, an extend forward when draft_extend, no device_steps). Throws
+  // invalid_argument naming the field ("round_on_device", "bind_round_ring" after capture(), or
+  // after_verify's). Host work only (allocates the guard summary once): no stream, no sync.
+  void bind_round_ring(const after_verify_inputs& in);
+  bool round_ring_bound() const noexcept { return round_bound_; }
+  // One launch of the staged bucket's device-round graph (draft steps, verify, acceptance,
+  // commit, [extend], next round, guard fold), after waiting (on the device) for
+  // events.wait_for, before recording events.done. Stream: the executor's; no sync except in
+  // checked mode (then read_round_guards and guard_violation). Refused ("round_on_device",
+  // "ring"; error before capture() or stage()) with nothing enqueued. Not during capture.
+  void launch_device_round(const round_events& events = {});
+  // k in [1, 2^20] launches back to back: no sync, no host work between them, none in checked
+  // mode either (check with read_round_guards). Refused like launch_device_round.
+  void launch_device_rounds(std::int32_t k);
+  // The guard summary (every round-reset word folded over the rounds since the last reset; the
+  // staging word and round.order live). Synchronises; not during capture.
+  [[nodiscard]] std::vector<guard_word> read_round_guards();
+  // Empties the summary: one memset on the executor's stream; no sync; not during capture.
+  void reset_round_guards();
+  // Captures the device-round graph of `bucket` without instantiating it (inspection).
+  [[nodiscard]] std::unique_ptr<graph> capture_device_round_graph(std::int32_t bucket);
+
   // Writes one Graphviz file per captured graph into `directory` (bucket<B>_step<s>.dot,
-  // bucket<B>_round.dot, bucket<B>_verify.dot, bucket<B>_extend.dot).
+  // bucket<B>_round.dot, bucket<B>_verify.dot, bucket<B>_extend.dot,
+  // bucket<B>_device_round.dot).
   void write_dot(const std::string& directory) const;
 
  private:
@@ -314,6 +346,12 @@ class draft_runtime {
   void record_extend_body(std::int32_t bucket);
   void capture_extend_graphs(capture_report& report, const std::function<void(int, int)>& progress,
                              int total);
+
+  void record_device_round_body(std::int32_t bucket);
+  void capture_device_round_graphs(capture_report& report,
+                                   const std::function<void(int, int)>& progress, int total);
+  bool device_round_wanted() const;
+  void launch_device_round_graph();
 
   executor* ex_;
   std::unique_ptr<const specgraph::plan> plan_;  // stable address: buffers_ points at it
@@ -344,6 +382,11 @@ class draft_runtime {
   std::vector<std::unique_ptr<graph_slot>> extend_graphs_;  // [bucket index]; empty without
   bool extend_captured_ = false;
   std::int32_t extend_bucket_ = 0;  // the verify round's bucket once its accept_len is staged
+  after_verify_inputs round_in_;    // bind_round_ring
+  bool round_bound_ = false;
+  device_buffer round_guards_;  // [guard_count] the sticky summary
+  std::vector<std::unique_ptr<graph_slot>> device_round_graphs_;  // [bucket index]
+  bool device_round_captured_ = false;
   std::vector<const void*> nvtx_capture_, nvtx_replay_;
   const void* nvtx_stage_ = nullptr;
   const void* nvtx_round_ = nullptr;

@@ -1,0 +1,228 @@
+// Shared by the device-round tests (tests/device_round_test.cpp): the configurations, one
+// staged starting state (the engine's req_to_token, the ring, every row backed to
+// ceil_page(seq_len + R)), and the three ways to run K rounds from it: (a) the runtime's
+// device-round graph launched K times back to back, (b) host-driven (stage, run_round,
+// stage_verify, replay_verify, the library's host twins on a host copy of the arena,
+// stage_extend, replay_extend, restage), (c) the independent references chained on a mirror
+// (tests/round_chain.hpp) with the toy forwards' tree written on the host. Each returns the same
+// record: per round the accepted paths, lengths, bonus tokens and draft extend's inputs, then
+// the final state.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "specgraph/buffers.hpp"
+#include "specgraph/executor.hpp"
+#include "specgraph/plan.hpp"
+#include "specgraph/round_fields.hpp"
+#include "specgraph/runtime.hpp"
+#include "testing/round_forward.hpp"
+#include "tests/round_chain.hpp"
+#include "tests/test_support.hpp"
+
+namespace specgraph::testing {
+
+inline constexpr std::int32_t stop_id = 7;
+
+struct dr_config {
+  const char* name;
+  std::int32_t topk, num_steps, draft_tokens, page_size;
+};
+
+inline const dr_config dr_configs[] = {
+    {"chain ps 1", 1, 3, 4, 1},
+    {"tree ps 4", 2, 3, 6, 4},
+};
+
+inline draft_config dr_draft_config(const dr_config& d) {
+  draft_config c;
+  c.max_batch = 4;
+  c.buckets = {2, 4};
+  c.topk = d.topk;
+  c.num_steps = d.num_steps;
+  c.slot_stride = d.num_steps;
+  c.page_size = d.page_size;
+  c.max_context_len = 128;
+  c.pool_rows = 6;
+  c.kv_slots = std::int64_t{1} << 20;
+  c.verify_tokens = d.draft_tokens;
+  c.draft_extend = true;
+  c.round_on_device = true;
+  c.max_stop_tokens = 1;
+  return c;
+}
+
+// The starting state: `real` rows on pool rows 1.. with random committed lengths, backed with
+// pages 1, 2, ... (junk -9 after); padded rows at seq_len 1 on pool row 0 (slots 0); the ring
+// holding `ring_rounds` rounds' worst case B * ceil(S / ps) pages.
+struct dr_start {
+  std::int32_t bucket = 4, real = 3;
+  std::vector<std::int32_t> seq_len, pool, allocated_len;  // [bucket]
+  std::vector<std::int32_t> req_to_token;                  // [pool_rows][W]
+  std::vector<std::int32_t> ring;
+  std::int64_t tail = 0;
+  std::int64_t width = 0;
+};
+
+inline dr_start make_start(const plan& p, std::int32_t real, std::int64_t ring_rounds,
+                           std::mt19937_64& rng) {
+  const draft_config& c = p.config;
+  dr_start s;
+  s.real = real;
+  s.bucket = real <= 2 ? 2 : 4;
+  const std::int64_t ps = c.page_size, W = c.max_context_len, R = p.layout.round.reserve;
+  s.width = W;
+  s.req_to_token.assign(static_cast<std::size_t>(c.pool_rows * W), -9);
+  // Pool row 0 is the padding rows' (SGLang's): slot 0 everywhere.
+  std::fill(s.req_to_token.begin(), s.req_to_token.begin() + W, 0);
+  std::int32_t next_page = 1;
+  for (std::int32_t r = 0; r < s.bucket; ++r) {
+    const bool is_real = r < real;
+    const std::int32_t seq = is_real ? 1 + static_cast<std::int32_t>(rng() % 20) : 1;
+    const std::int32_t row = is_real ? r + 1 : 0;
+    const std::int64_t alloc = is_real ? (seq + R + ps - 1) / ps * ps : 0;
+    for (std::int64_t q = 0; q < alloc; q += ps, ++next_page) {
+      for (std::int64_t o = 0; o < ps; ++o) {
+        s.req_to_token[static_cast<std::size_t>(row * W + q + o)] =
+            static_cast<std::int32_t>(next_page * ps + o);
+      }
+    }
+    s.seq_len.push_back(seq);
+    s.pool.push_back(row);
+    s.allocated_len.push_back(static_cast<std::int32_t>(alloc));
+  }
+  const std::int64_t per_round = s.bucket * ((c.num_steps + 1 + ps - 1) / ps);
+  s.ring.assign(static_cast<std::size_t>(per_round * ring_rounds + 1), -1);
+  for (; s.tail < per_round * ring_rounds; ++s.tail) {
+    s.ring[static_cast<std::size_t>(s.tail)] = next_page++;
+  }
+  return s;
+}
+
+// The first round's draft slots [real][topk][slot_stride]: as the next round would write them
+// when branches are not paged (page size 1 or topk 1: step j of branch t at position
+// seq_len + t * num_steps + j), so checked mode's layout checks hold; 0 otherwise.
+inline std::vector<std::int64_t> first_slots(const plan& p, const dr_start& s) {
+  const draft_config& c = p.config;
+  const std::int64_t k = c.topk, n = c.num_steps, stride = c.slot_stride;
+  std::vector<std::int64_t> out(static_cast<std::size_t>(s.real * k * stride), 0);
+  if (c.page_size > 1 && k > 1) return out;
+  for (std::int64_t r = 0; r < s.real; ++r) {
+    const std::int64_t row = s.pool[static_cast<std::size_t>(r)];
+    for (std::int64_t t = 0; t < k; ++t) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t pos = s.seq_len[static_cast<std::size_t>(r)] + t * n + j;
+        out[static_cast<std::size_t>((r * k + t) * stride + j)] =
+            s.req_to_token[static_cast<std::size_t>(row * s.width + pos)];
+      }
+    }
+  }
+  return out;
+}
+
+// What K rounds produced.
+struct dr_record {
+  // Per round: accept_index [B][S], accept_length, bonus, finished [B]; draft extend's
+  // accept_len and seq_len [B] (the verify round's, without the window).
+  std::vector<std::vector<std::int32_t>> accept_index, accept_length, bonus, finished;
+  std::vector<std::vector<std::int32_t>> extend_accept_len, extend_seq_len;
+  std::vector<std::int32_t> seq_len, allocated_len;  // [B] after the last round
+  std::vector<std::int64_t> out_cache_loc;           // [B][topk][slot_stride] the real rows'
+  std::vector<std::int32_t> req_to_token;
+  std::int64_t ring_head = 0;
+  std::int32_t stall = 0;
+  // (c) only: the round section's violations summed over the rounds, per word.
+  std::vector<std::int32_t> guard_total;
+};
+
+template <class T>
+std::vector<T> slice(const T* p, std::int64_t n) {
+  return std::vector<T>(p, p + n);
+}
+
+// (c): the references chained on a mirror of the arena; the tree from the toy forward's
+// functions (written on the host, as the forward writes it on the device).
+inline dr_record run_reference(const plan& p, const dr_start& s, std::int32_t rounds) {
+  const draft_config& c = p.config;
+  const std::int64_t B = s.bucket, D = c.verify_tokens, S = c.num_steps + 1;
+  round_mirror m{&p, std::vector<unsigned char>(p.total_bytes, 0)};
+  round_engine e;
+  e.req_to_token = s.req_to_token;
+  e.width = s.width;
+  e.ring = s.ring;
+  e.tail = s.tail;
+  e.stop_ids = {stop_id};
+  e.budget = false;
+  e.real_batch = s.real;
+  for (std::int64_t r = 0; r < B; ++r) {
+    m.put<std::int32_t>(p.layout.seq_len, r, s.seq_len[static_cast<std::size_t>(r)]);
+    m.put<std::int32_t>(p.layout.req_pool_index, r, s.pool[static_cast<std::size_t>(r)]);
+    m.put<std::int32_t>(m.field(round_allocated_len), r,
+                        s.allocated_len[static_cast<std::size_t>(r)]);
+  }
+  dr_record out;
+  out.guard_total.assign(round_guard_count, 0);
+  for (std::int32_t k = 0; k < rounds; ++k) {
+    std::vector<std::int32_t> seq = m.i32s(p.layout.seq_len, B);
+    for (std::int64_t r = 0; r < B; ++r) {
+      const std::int64_t q = seq[static_cast<std::size_t>(r)];
+      const std::int64_t pool = m.get<std::int32_t>(p.layout.req_pool_index, r);
+      for (std::int32_t i = 0; i < D; ++i) {
+        m.put<std::int32_t>(m.field(round_parent), r * D + i, toy_parent(i, c.topk));
+        m.put<std::int32_t>(m.field(round_draft_token), r * D + i, toy_draft(q, pool, i));
+        m.put<std::int32_t>(m.field(round_target_predict), r * D + i,
+                            toy_target(q, pool, i, stop_id));
+      }
+    }
+    const round_guards g = chain_round(m, e, s.bucket);
+    for (int w = 0; w < round_guard_count; ++w) out.guard_total[w] += g.violations[w];
+    out.accept_index.push_back(m.i32s(m.field(round_accept_index), B * S));
+    const std::vector<std::int32_t> len = m.i32s(m.field(round_accept_length), B);
+    out.accept_length.push_back(len);
+    out.bonus.push_back(m.i32s(m.field(round_bonus), B));
+    out.finished.push_back(m.i32s(m.field(round_finished), B));
+    std::vector<std::int32_t> ext(static_cast<std::size_t>(B), 1);
+    for (std::int32_t r = 0; r < s.real; ++r) ext[r] = len[r] + 1;
+    out.extend_accept_len.push_back(ext);
+    out.extend_seq_len.push_back(seq);
+  }
+  out.seq_len = m.i32s(p.layout.seq_len, B);
+  out.allocated_len = m.i32s(m.field(round_allocated_len), B);
+  const std::int64_t row = static_cast<std::int64_t>(c.topk) * c.slot_stride;
+  for (std::int64_t i = 0; i < s.real * row; ++i) {
+    out.out_cache_loc.push_back(m.get<std::int64_t>(p.layout.out_cache_loc, i));
+  }
+  out.req_to_token = e.req_to_token;
+  out.ring_head = m.get<std::int64_t>(m.field(round_ring_head), 0);
+  out.stall = m.get<std::int32_t>(m.field(round_stall), 0);
+  return out;
+}
+
+inline void expect_same(const dr_record& got, const dr_record& want, std::int32_t rounds,
+                        const char* what) {
+  SCOPED_TRACE(what);
+  for (std::int32_t k = 0; k < rounds; ++k) {
+    SCOPED_TRACE("round " + std::to_string(k));
+    const auto i = static_cast<std::size_t>(k);
+    EXPECT_EQ(got.accept_index[i], want.accept_index[i]);
+    EXPECT_EQ(got.accept_length[i], want.accept_length[i]);
+    EXPECT_EQ(got.bonus[i], want.bonus[i]);
+    if (!got.finished.empty()) {
+      EXPECT_EQ(got.finished[i], want.finished[i]);
+    }
+    EXPECT_EQ(got.extend_accept_len[i], want.extend_accept_len[i]);
+    EXPECT_EQ(got.extend_seq_len[i], want.extend_seq_len[i]);
+  }
+  EXPECT_EQ(got.seq_len, want.seq_len);
+  EXPECT_EQ(got.allocated_len, want.allocated_len);
+  EXPECT_EQ(got.out_cache_loc, want.out_cache_loc);
+  EXPECT_EQ(got.req_to_token, want.req_to_token);
+  EXPECT_EQ(got.ring_head, want.ring_head);
+  EXPECT_EQ(got.stall, want.stall);
+}
+
+}  // namespace specgraph::testing
