@@ -63,8 +63,7 @@ class Engine:
             self.arena = torch.zeros(plan.total_bytes, dtype=torch.uint8, device=device)
         self.bufs = specgraph.buffers(plan, self.arena)
         self.rtt = np.full((c.pool_rows, self.width), -9, np.int32)
-        pages = list(range(1, (1 << 22) // self.ps))
-        rng.shuffle(pages)
+        pages = rng.sample(range(1, (1 << 22) // self.ps), 4096)
         self.pages = pages  # ids never handed out yet
         self.ring = np.array([pages.pop() for _ in range(ring_capacity)], np.int32)
         self.head = self.tail = 0  # the host's copy of the device head, its own tail
@@ -187,14 +186,20 @@ class Engine:
         rtt_before = self.rtt.copy()
         arena = self.arena if self.framework == "numpy" else self.arena.cpu().numpy()
         before = np.array(arena, copy=True)
-        r2t, ring = self.arr(self.rtt), self.arr(self.ring)
-        after_verify_(self.bufs, b, r2t, ring, self.arr(np.array([self.tail], np.int64)),
-                      real_batch=real_batch, stop_token_count=count, budget=budget)
+        r2t = self.launch(b, real_batch, count, budget)
         self.rtt = h(r2t).copy()
         after = self.arena if self.framework == "numpy" else self.arena.cpu().numpy()
         self.check(v, want, d, rtt_before, before, np.asarray(after))
         self.head += want["pages_taken"]
         return want
+
+    def launch(self, bucket: int, real_batch: Optional[int], count: int, budget: bool) -> Any:
+        """The op over the host's table, ring and tail; returns the table it wrote (a captured
+        engine replaces this with a graph replay over static tensors)."""
+        r2t, ring = self.arr(self.rtt), self.arr(self.ring)
+        after_verify_(self.bufs, bucket, r2t, ring, self.arr(np.array([self.tail], np.int64)),
+                      real_batch=real_batch, stop_token_count=count, budget=budget)
+        return r2t
 
     def check(self, v, want, d, rtt_before, before, after) -> None:
         c, b, h, ps = self.plan.config, self.bucket, self.host, self.ps
