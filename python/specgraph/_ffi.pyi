@@ -22,9 +22,11 @@ def make_plan(max_batch: int, topk: int, num_steps: int, page_size: int, max_con
               round_graphs: bool, device_steps: bool, device_depth: bool, sparse_heads: int,
               vertical_size: Sequence[int], slash_size: Sequence[int],
               sparse_max_keys: int, formats: int, csr_int64: bool, slot_stride: int,
-              verify_tokens: int, draft_extend: bool) -> Plan:
+              verify_tokens: int, draft_extend: bool, round_on_device: bool,
+              round_reserve: int, max_stop_tokens: int) -> Plan:
     """formats: 0 fa3, 1 csr, 2 both; slot_stride 0: num_steps; verify_tokens 0: none;
-    draft_extend: the draft-extend section (needs verify_tokens)."""
+    draft_extend: the draft-extend section, round_on_device: the round section (both need
+    verify_tokens); round_reserve -1: the default R."""
 def default_buckets(max_batch: int) -> List[int]: ...
 def bucket_for(plan: Plan, batch: int) -> int: ...
 def round_bucket(plan: Plan, batch: int, bucket: int) -> int: ...
@@ -161,6 +163,10 @@ def extend_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any,
     True: the engine's (each layout all of its tensors or none, at least one). Host checks
     first; the arena's device."""
 def stage_accept_len(bufs: Any, arena: Any, bucket: int, accept_len: Sequence[int]) -> None: ...
+# ---- the round after verify over the plan's arena (round_arena.cpp) ---------------------------
+def after_verify(bufs: Any, arena: Any, bucket: int, req_to_token: Any, ring: Any,
+                 ring_tail: Any, real_batch: int, stop_token_count: int, budget: bool) -> None:
+    """real_batch -1: the staged word. Host checks first (by name); the arena's device."""
 
 # ---- inputs read in place (inputs.cpp, round_graph.cpp): the engine's static tensors ------------
 # pool, seq: int32/int64 [>= max bucket], any stride; slots: int64/int32 [>= max bucket, topk,

@@ -96,6 +96,12 @@ SCHEMAS = {
     "extend_arena_": "extend_arena_(Tensor(a!) arena, int handle, int bucket, "
                      "Tensor req_to_token, Tensor? accept_len, bool engine, Tensor(b!)[] tokens, "
                      "Tensor(c!)[] fa3, Tensor(d!)[] prefix, Tensor(e!)[] full) -> ()",
+    # The round after verify over the arena's round section (specgraph.round_arena): the
+    # engine's req_to_token is written (the rows that allocate), the ring and its tail read;
+    # real_batch -1: the staged word.
+    "after_verify_": "after_verify_(Tensor(a!) arena, int handle, int bucket, "
+                     "Tensor(b!) req_to_token, Tensor ring, Tensor ring_tail, int real_batch, "
+                     "int stop_token_count, bool budget) -> ()",
 }
 
 
@@ -283,6 +289,7 @@ _IMPLS = {
     "verify_metadata_": _torch_impl,
     "extend_metadata_": _extend_impl,
     "extend_arena_": _on_arena(_ffi.extend_arena),
+    "after_verify_": _on_arena(_ffi.after_verify),
 }
 
 _lib = torch.library.Library("specgraph", "DEF")

@@ -95,14 +95,25 @@ class DraftConfig:
     # bucket, exactly sized (specgraph.extend_arena.extend_arena_ writes it). Refused without
     # verify_tokens (InvalidArgument "draft_extend").
     draft_extend: bool = False
+    # With verify_tokens = D: also the round section (docs/round-graphs.md), the buffers of the
+    # round after verify (acceptance, the commit, the next round's inputs) for the largest
+    # bucket, exactly sized (specgraph.round_arena.after_verify_ writes them). Refused without
+    # verify_tokens (InvalidArgument "round_on_device").
+    round_on_device: bool = False
+    # R, positions kept allocated past the committed length: -1 (default) = the C++
+    # next_round_reserve(topk, num_steps, verify_tokens, page_size), else [0, 2^28].
+    round_reserve: int = -1
+    # Stop token ids the round section holds, [0, 1024] (the C++ max_stop_tokens).
+    max_stop_tokens: int = 0
 
     def __post_init__(self) -> None:
         for f in ("max_batch", "topk", "num_steps", "page_size", "max_context_len", "pool_rows",
-                  "kv_slots", "slot_stride", "verify_tokens"):
+                  "kv_slots", "slot_stride", "verify_tokens", "round_reserve",
+                  "max_stop_tokens"):
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "buckets", _ints("buckets", self.buckets))
         for f in ("checked", "round_graphs", "device_steps", "device_depth", "csr_int64",
-                  "draft_extend"):
+                  "draft_extend", "round_on_device"):
             object.__setattr__(self, f, _check.boolean(f, getattr(self, f)))
         if not isinstance(self.formats, str):
             raise TypeError(f"formats: expected one of {', '.join(FORMATS)} (a str), got "
@@ -128,7 +139,8 @@ class DraftConfig:
             self.device_steps, self.device_depth, s.heads if s else 0,
             list(s.vertical_size) if s else [], list(s.slash_size) if s else [],
             s.max_keys if s else 0, FORMATS.index(self.formats), self.csr_int64,
-            self.slot_stride, self.verify_tokens, self.draft_extend)
+            self.slot_stride, self.verify_tokens, self.draft_extend, self.round_on_device,
+            self.round_reserve, self.max_stop_tokens)
 
     @property
     def has_csr(self) -> bool:

@@ -12,6 +12,7 @@
 #include "python/src/binding.hpp"
 #include "specgraph/extend_metadata.hpp"
 #include "specgraph/plan.hpp"
+#include "specgraph/round_fields.hpp"
 
 namespace specgraph::python {
 namespace {
@@ -41,7 +42,8 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
                    std::int64_t sparse_heads, ffi::Array<std::int64_t> vertical_size,
                    ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys,
                    std::int64_t formats, bool csr_int64, std::int64_t slot_stride,
-                   std::int64_t verify_tokens, bool draft_extend) {
+                   std::int64_t verify_tokens, bool draft_extend, bool round_on_device,
+                   std::int64_t round_reserve, std::int64_t max_stop_tokens) {
   draft_config c;
   c.max_batch = int32_arg("max_batch", max_batch);
   c.topk = int32_arg("topk", topk);
@@ -60,7 +62,10 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
   c.formats = static_cast<metadata_formats>(int32_arg("formats", formats));
   c.csr_int64 = csr_int64;
   c.verify_tokens = int32_arg("verify_tokens", verify_tokens);  // 0: no verify section
-  c.draft_extend = draft_extend;  // with verify_tokens: the draft-extend section
+  c.draft_extend = draft_extend;        // with verify_tokens: the draft-extend section
+  c.round_on_device = round_on_device;  // with verify_tokens: the round section
+  c.round_reserve = int32_arg("round_reserve", round_reserve);        // -1: the default R
+  c.max_stop_tokens = int32_arg("max_stop_tokens", max_stop_tokens);  // ranges: validate()'s
   if (sparse_heads != 0) {
     sparse_config s;
     s.heads = int32_arg("sparse.heads", sparse_heads);
@@ -125,6 +130,37 @@ ffi_map extend_info(const plan& p) {
       {"extend_tokens", static_cast<std::int64_t>(e.extend_tokens)}};
 }
 
+// The round section as Python's round_view reads it (empty without one): per planned bucket,
+// one [name, byte offset, dims, dtype] per field of the bucket's exact shape
+// (round_field_shape_of, the shapes draft_buffers::round gives its view; a field with no
+// elements, stop_token_ids at max_stop_tokens 0, is left out), then D, R (resolved), the stop
+// capacity and the section's guard words.
+ffi_map round_info(const plan& p) {
+  const plan_layout::round_section& r = p.layout.round;
+  if (!r.enabled()) return ffi_map{};
+  const draft_config& c = p.config;
+  ffi::Array<ffi::Any> buckets;  // in the plan's bucket order
+  for (const std::int32_t bucket : c.buckets) {
+    ffi::Array<ffi::Any> fields;
+    for (std::int32_t f = 0; f < round_field_count; ++f) {
+      const round_field_shape s = round_field_shape_of(f, bucket, r.draft_tokens, c.num_steps,
+                                                       c.topk, c.page_size, r.stop_capacity);
+      if (s.elements() == 0) continue;
+      fields.push_back(ffi::Array<ffi::Any>{ffi::String(round_field_names[f]),
+                                            static_cast<std::int64_t>(r.field[f]),
+                                            ffi::Array<std::int64_t>(s.dims, s.dims + s.rank),
+                                            ffi::String(s.int64 ? "int64" : "int32")});
+    }
+    buckets.push_back(ffi_map{{"bucket", static_cast<std::int64_t>(bucket)}, {"fields", fields}});
+  }
+  return ffi_map{{"buckets", buckets},
+                 {"draft_tokens", static_cast<std::int64_t>(r.draft_tokens)},
+                 {"reserve", static_cast<std::int64_t>(r.reserve)},
+                 {"stop_capacity", static_cast<std::int64_t>(r.stop_capacity)},
+                 {"guard_base", static_cast<std::int64_t>(r.guard_base)},
+                 {"guard_count", static_cast<std::int64_t>(round_guard_count)}};
+}
+
 // Everything Python caches about a plan, read once: the buffers as lists [name, step, shape,
 // dtype, capacity, offset, bytes, alignment], the typed layout, the sizes and both reports.
 ffi_map plan_info(plan_ref ref) {
@@ -187,6 +223,7 @@ ffi_map plan_info(plan_ref ref) {
       {"csr_kv_indices_stride", l.csr_kv_indices_stride},
       {"guard_csr_base", static_cast<std::int64_t>(l.guard_csr_base)},
       {"extend", extend_info(p)},
+      {"round", round_info(p)},
   };
   return ffi_map{
       {"buffers", buffers},

@@ -23,17 +23,18 @@ MODES = ("steps", "device_steps", "device_depth")
 
 
 def _config(formats: str, sparse: bool, verify_tokens: int, mode: str,
-            num_steps: int) -> specgraph.DraftConfig:
+            num_steps: int, round_on_device: bool = False) -> specgraph.DraftConfig:
     sp = specgraph.SparseConfig(heads=2, vertical_size=(4, 2), slash_size=(3, 4),
                                 max_keys=128) if sparse else None
     return specgraph.DraftConfig(
         max_batch=4, topk=2, num_steps=num_steps, page_size=4, max_context_len=64, pool_rows=8,
         kv_slots=1 << 12, buckets=(2, 4), sparse=sp, formats=formats,
         device_steps=mode != "steps", device_depth=mode == "device_depth",
-        verify_tokens=verify_tokens)
+        verify_tokens=verify_tokens, round_on_device=round_on_device, max_stop_tokens=2)
 
 
-VARIANTS = list(itertools.product(FORMATS, (False, True), (0, 5), MODES))
+# verify_tokens 0, 5, or 6 with the round section ("round": round_on_device, issue 31)
+VARIANTS = list(itertools.product(FORMATS, (False, True), (0, 5, "round"), MODES))
 
 
 def _label(w: specgraph.GuardWord) -> tuple:
@@ -46,7 +47,10 @@ def test_read_guards_and_check_guards_name_every_word_alike(formats, sparse, ver
                                                               mode):
     rng = random.Random(hash((formats, sparse, verify_tokens, mode)) & 0xFFFF)
     num_steps = rng.randint(2, 5)
-    plan = specgraph.make_plan(_config(formats, sparse, verify_tokens, mode, num_steps))
+    round_on_device = verify_tokens == "round"
+    verify_tokens = 6 if round_on_device else verify_tokens  # D >= num_steps + 1 at topk 2
+    plan = specgraph.make_plan(_config(formats, sparse, verify_tokens, mode, num_steps,
+                                       round_on_device))
     bufs = specgraph.buffers(plan, specgraph.host_arena(plan))
     guards = bufs.guards
     count = int(plan.layout["guard_count"])
@@ -86,5 +90,10 @@ def test_read_guards_and_check_guards_name_every_word_alike(formats, sparse, ver
     assert buffers.count("csr.kv_indices") == (0 if formats == "fa3" else num_steps)
     assert sum(b.startswith("verify") for b in buffers) == (3 if verify_tokens else 0)
     assert sum(b.startswith("sparse.") for b in buffers) == (3 if sparse else 0)
+    # the round section's seven: acceptance's two, the commit's two, the next round's three
+    rounds = [b for b in buffers if b.startswith("after_verify.")]
+    assert len(rounds) == (7 if round_on_device else 0)
+    assert sum(b.startswith("after_verify.next_round") for b in rounds) == \
+        (3 if round_on_device else 0)
     guards[...] = 0
     specgraph.check_guards(bufs)  # clean again: nothing raised
