@@ -1,4 +1,4 @@
-// `specgraph run --rounds-per-launch N` (docs/main-job.md section 5): the round loop
+// `specgraph run --rounds-per-launch N` (docs/main-job.md, "The round loop"): the round loop
 // (tools/sim/round_loop.hpp) from the run's flags, its report as text and JSON.
 #pragma once
 

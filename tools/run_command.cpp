@@ -60,7 +60,7 @@ constexpr const char* run_usage =
     "                   min(D, 1 + topk x depth)); 0 or --no-verify-round: draft steps only\n"
     "  --no-extend      no draft-extend step after the verify step (default: one per round,\n"
     "                   over each request's window of W = D tokens; docs/extend.md)\n"
-    "  --rounds-per-launch N  the round loop instead (docs/main-job.md section 5): batch\n"
+    "  --rounds-per-launch N  the round loop instead (docs/main-job.md): batch\n"
     "                   --max-batch, whole rounds as one graph launch each, N back to back\n"
     "                   per host step, beside the same rounds driven from the host\n"
     "  --json FILE      write the report as JSON (with the version and git commit)\n"
