@@ -18,12 +18,12 @@ double per(std::int64_t n, std::int64_t rounds) {
 }
 
 void mode_row(std::ostream& out, const sim::loop_mode_stats& s) {
-  const std::int64_t copies = s.copies_to_host + s.copies_to_device;
+  // Every copy back synchronises the stream (executor::copy_to_host), as synchronize() does.
+  const std::int64_t syncs = s.synchronizations + s.copies_to_host;
   out << std::left << std::setw(12) << s.mode << std::right << std::setw(7) << s.rounds
       << std::fixed << std::setprecision(2) << std::setw(15) << per(s.graph_launches, s.rounds)
-      << std::setw(16) << per(s.kernel_launches, s.rounds) << std::setw(13)
-      << per(s.synchronizations, s.rounds) << std::setw(13) << per(copies, s.rounds)
-      << std::setprecision(1) << std::setw(10)
+      << std::setw(16) << per(s.kernel_launches, s.rounds) << std::setw(13) << per(syncs, s.rounds)
+      << std::setw(13) << per(s.copies_to_device, s.rounds) << std::setprecision(1) << std::setw(10)
       << 1e6 * s.seconds / static_cast<double>(std::max<std::int64_t>(1, s.rounds)) << std::setw(10)
       << 1e6 * s.host_seconds / static_cast<double>(std::max<std::int64_t>(1, s.rounds))
       << std::setw(12) << s.host_steps << std::setw(10) << s.finished << std::setprecision(2)
@@ -31,13 +31,16 @@ void mode_row(std::ostream& out, const sim::loop_mode_stats& s) {
 }
 
 void mode_json(std::ostream& j, const sim::loop_mode_stats& s) {
+  const double rounds = static_cast<double>(std::max<std::int64_t>(1, s.rounds));
   j << "{\"rounds\": " << s.rounds << ", \"graph_launches\": " << s.graph_launches
     << ", \"kernel_launches\": " << s.kernel_launches
     << ", \"synchronizations\": " << s.synchronizations
+    << ", \"host_syncs\": " << s.synchronizations + s.copies_to_host
     << ", \"copies_to_host\": " << s.copies_to_host
-    << ", \"copies_to_device\": " << s.copies_to_device << ", \"host_seconds\": " << s.seconds
-    << ", \"host_us_per_round\": "
-    << 1e6 * s.seconds / static_cast<double>(std::max<std::int64_t>(1, s.rounds))
+    << ", \"copies_to_device\": " << s.copies_to_device << ", \"wall_seconds\": " << s.seconds
+    << ", \"host_seconds\": " << s.host_seconds
+    << ", \"wall_us_per_round\": " << 1e6 * s.seconds / rounds
+    << ", \"host_us_per_round\": " << 1e6 * s.host_seconds / rounds
     << ", \"host_steps\": " << s.host_steps << ", \"finished\": " << s.finished
     << ", \"replaced\": " << s.replaced << ", \"accepted\": " << s.accepted
     << ", \"row_rounds\": " << s.row_rounds << "}";
@@ -89,7 +92,7 @@ void run_loop_command(executor& ex, const sim::sim_options& o, std::int32_t roun
   const sim::loop_report r = sim::run_round_loop(ex, l);
   out << "plan: bucket " << r.bucket << ", arena " << r.arena_bytes
       << " bytes (draft, verify, extend and round sections)\n";
-  out << "mode         rounds  graph launches  kernel launches        syncs       copies   wall us "
+  out << "mode         rounds  graph launches  kernel launches   host syncs   copies in   wall us "
          "  host us  host steps  finished  accept length\n";
   out << std::left << std::setw(12) << "" << std::right << std::setw(7) << "" << std::setw(15)
       << "/round" << std::setw(16) << "/round" << std::setw(13) << "/round" << std::setw(13)
