@@ -151,8 +151,10 @@ class RoundGraphs:
             _refuse("extend_graphs", "None, but the plan has draft_extend: pass "
                     "ExtendGraphs(draft_graphs, extend_forward)")
         if eg is not None and (not isinstance(eg, ExtendGraphs) or eg.draft_graphs is not dg):
+            what = "the ExtendGraphs of other draft graphs" if isinstance(eg, ExtendGraphs) \
+                else _check.type_name(eg)
             _refuse("extend_graphs", "expected the ExtendGraphs of these draft graphs "
-                    f"(ExtendGraphs(draft_graphs, ...)), got {_check.type_name(eg)}")
+                    f"(ExtendGraphs(draft_graphs, ...)), got {what}")
         self.device: torch.device = dg.device
         for name, t, dtype, ok in (("ring", ring, torch.int32, lambda t: t.dim() == 1),
                                    ("ring_tail", ring_tail, torch.int64,
@@ -295,7 +297,8 @@ class RoundGraphs:
         """Replays graph(staged bucket) k times back to back on the current stream (eagerly on
         a CPU arena: the body k times): k whole rounds, no host sync, no host work in between.
         Then the check of `checked`: sync calls check() (a sync); async raises at a later run()
-        or poll() once the tally's count has landed. Refusals (nothing run): "k" (outside
+        or poll() once the tally's count has landed. The tally is sticky, as C++'s guard
+        summary: it keeps raising until reset_guards(). Refusals (nothing run): "k" (outside
         [1, MAX_ROUNDS]), "capture" (before capture()), "stage_" (before stage_)."""
         k = _check.int_in("k", k, 1, MAX_ROUNDS)
         if self.report is None:

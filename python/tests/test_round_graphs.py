@@ -191,6 +191,7 @@ def test_misuse_is_refused_by_name():
         assert e.value.field == field, (field, str(e.value))
 
     refused("extend_graphs", dg, vg, None, ring, tail)
+    refused("extend_graphs", dg, vg, _drivers().eg, ring, tail)  # another arena's
     refused("ring", dg, vg, eg, ring.long(), tail)
     refused("ring_tail", dg, vg, eg, ring, torch.zeros(2, dtype=torch.int64))
     refused("stop_token_count", dg, vg, eg, ring, tail, stop_token_count=3)
