@@ -34,15 +34,17 @@ it): a draft forward that needs another writes it there (docs/round-graphs.md se
 On a CPU arena nothing is captured: capture() runs the warm-ups and run(k) runs the same body
 eagerly k times, so the driver is usable and testable without a GPU (as the three drivers).
 
-| function           | stream                  | synchronises               | capture-safe |
-|--------------------|-------------------------|----------------------------|--------------|
-| RoundGraphs(...)   | none (host checks)      | no                         | no           |
-| capture            | a side stream, then joins | yes                      | no           |
-| stage_             | current                 | no                         | no (eager)   |
-| run(k)             | current                 | no (checked="sync": yes)   | no (replays) |
-| check              | current                 | yes (reads the tally)      | no           |
-| poll               | none                    | no (never waits)           | no           |
-| reset_guards       | current                 | no                         | yes          |
+| function                | stream                      | synchronises             | capture-safe |
+|-------------------------|-----------------------------|--------------------------|--------------|
+| RoundGraphs(...)        | none (host checks)          | no                       | no           |
+| capture                 | a side stream, then joined  | yes                      | no           |
+| stage_                  | current                     | no                       | no (eager)   |
+| run(k)                  | current                     | no (checked="sync": yes) | no (replays) |
+| check                   | current                     | yes (reads the tally)    | no           |
+| rounds_with_violations  | current                     | yes                      | no           |
+| poll                    | none                        | no (never waits)         | no           |
+| reset_guards            | current                     | no                       | yes          |
+| accept_len              | none (a view)               | no                       | yes          |
 """
 
 from __future__ import annotations
