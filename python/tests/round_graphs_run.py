@@ -43,11 +43,12 @@ def token(seq: Any, pool: Any, node: Any, salt: int) -> Any:
     return (x * x % 1000003) % TOKENS
 
 
-def make_plan(topk: int, num_steps: int, ps: int, d: int, extend: bool = True, m: int = 96):
+def make_plan(topk: int, num_steps: int, ps: int, d: int, extend: bool = True, m: int = 96,
+              **more: Any):
     return specgraph.make_plan(specgraph.DraftConfig(
         max_batch=4, topk=topk, num_steps=num_steps, page_size=ps, max_context_len=m,
         pool_rows=POOL_ROWS, kv_slots=1 << 22, buckets=(2, 4), verify_tokens=d,
-        round_on_device=True, max_stop_tokens=2, draft_extend=extend))
+        round_on_device=True, max_stop_tokens=2, draft_extend=extend, **more))
 
 
 class Case:

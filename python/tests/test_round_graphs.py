@@ -218,6 +218,25 @@ def test_misuse_is_refused_by_name():
         assert e.value.field == field, (field, str(e.value))
 
 
+def test_bound_inputs_and_a_device_step_counter_are_refused():
+    s = _drivers()
+    c = s.case.plan.config
+    inputs = specgraph.bind_inputs(
+        s.bufs, req_pool_indices=torch.zeros(4, dtype=torch.int32),
+        seq_lens=torch.ones(4, dtype=torch.int32),
+        out_cache_loc=torch.zeros((4, c.topk, c.num_steps), dtype=torch.int64))
+    bound = specgraph.torch.DraftGraphs(s.bufs, lambda v: None, req_to_token=s.rtt,
+                                        inputs=inputs)
+    with pytest.raises(InvalidArgument) as e:
+        RoundGraphs(bound, s.vg, s.eg, s.ring, s.tail)
+    assert e.value.field == "inputs" and "stage_" in str(e.value)
+    stepped = run.Case(run.make_plan(*run.SHAPES[0], extend=False, device_steps=True), 8200)
+    side = run.Side(stepped, "cpu", False)
+    with pytest.raises(InvalidArgument) as e:
+        RoundGraphs(side.dg, side.vg, None, side.ring, side.tail)
+    assert e.value.field == "device_steps"
+
+
 def test_a_plan_without_the_round_section_is_refused():
     plan = specgraph.make_plan(specgraph.DraftConfig(
         max_batch=4, topk=1, num_steps=2, page_size=1, max_context_len=40, pool_rows=4,
