@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -233,8 +234,11 @@ class dr_rig {
   // Round k: stage() -> run_round -> stage_verify -> replay_verify -> the host twins on the host
   // copy of the state -> stage_extend -> replay_extend; the engine's table uploaded; every guard
   // word the runtime's graphs and the twins left added to the record. `keep`: the round's
-  // acceptance kept in the record.
-  void host_round(std::int32_t k, bool keep = true) {
+  // acceptance kept in the record. `mark(k, phase)`, when set, is called at the four edges of
+  // the round's two GPU phases (0 before stage, 1 after replay_verify, 2 before stage_extend, 3
+  // after the table's upload): the benchmark records timing events there.
+  void host_round(std::int32_t k, bool keep = true,
+                  const std::function<void(int, int)>& mark = {}) {
     const plan& p = rt.plan();
     const draft_config& c = p.config;
     const std::int64_t B = s_.bucket, D = c.verify_tokens;
@@ -244,6 +248,7 @@ class dr_rig {
     r.req_pool_index = h_.req_pool_index();
     r.seq_len = h_.seq_len();
     r.out_cache_loc = h_.out_cache_loc();
+    if (mark) mark(k, 0);
     rt.stage(r);
     rt.run_round(c.num_steps);
     std::int64_t cells = 0;
@@ -257,6 +262,7 @@ class dr_rig {
     vr.mask_cells = cells;
     rt.stage_verify(vr);
     rt.replay_verify();
+    if (mark) mark(k, 1);
     const round_view dv = rt.buffers().round(s_.bucket);
     ex_.copy_to_host(hv_.parent, dv.parent, static_cast<std::size_t>(B * D) * 4);
     ex_.copy_to_host(hv_.draft_token, dv.draft_token, static_cast<std::size_t>(B * D) * 4);
@@ -267,6 +273,7 @@ class dr_rig {
     commit_host(l.commit);
     std::vector<std::int32_t> ext;
     for (std::int32_t i = 0; i < s_.real; ++i) ext.push_back(hv_.accept.accept_length[i] + 1);
+    if (mark) mark(k, 2);
     rt.stage_extend(ext);
     rt.replay_extend();
     if (keep) {
@@ -281,6 +288,7 @@ class dr_rig {
     next_round_host(l.next);
     // The engine's table as the twin left it (the new positions of the rows that allocate).
     ex_.copy_to_device(r2t.data(), host_r2t_.data(), host_r2t_.size() * 4);
+    if (mark) mark(k, 3);
     for (std::int32_t w = 0; w < round_guard_count; ++w) {
       note_guard(k, "round section word " + std::to_string(w), hv_.guard[w]);
     }
