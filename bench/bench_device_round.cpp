@@ -281,25 +281,29 @@ void host_loop(benchmark::State& state, const std::string& kind) {
 int main(int argc, char** argv) {
   using namespace specgraph::bench;
   load_modules_eagerly();
+  // One registration per configuration and loop, the two loops of a configuration next to each
+  // other: on a shared machine they then run under the same load.
   for (const std::string& kind : available_executors()) {
-    for (const char* loop : {"device_loop", "host_loop"}) {
-      const bool device = std::string(loop) == "device_loop";
-      auto* b =
-          benchmark::RegisterBenchmark(("device_round/" + std::string(loop) + "/" + kind).c_str(),
-                                       guarded([kind, device](benchmark::State& s) {
-                                         if (device) {
-                                           device_loop(s, kind);
-                                         } else {
-                                           host_loop(s, kind);
-                                         }
-                                       }));
-      b->ArgNames({"bucket", "topk", "page_size"});
-      for (std::int64_t bucket : {1, 4, 16, 64}) {
-        for (std::int64_t topk : {1, 4}) {
-          for (std::int64_t ps : {1, 16}) b->Args({bucket, topk, ps});
+    for (std::int64_t bucket : {1, 4, 16, 64}) {
+      for (std::int64_t topk : {1, 4}) {
+        for (std::int64_t ps : {1, 16}) {
+          for (const bool device : {true, false}) {
+            auto* b = benchmark::RegisterBenchmark(
+                ("device_round/" + std::string(device ? "device_loop" : "host_loop") + "/" + kind)
+                    .c_str(),
+                guarded([kind, device](benchmark::State& s) {
+                  if (device) {
+                    device_loop(s, kind);
+                  } else {
+                    host_loop(s, kind);
+                  }
+                }));
+            b->ArgNames({"bucket", "topk", "page_size"});
+            b->Args({bucket, topk, ps});
+            b->UseManualTime()->Unit(benchmark::kMicrosecond);
+          }
         }
       }
-      b->UseManualTime()->Unit(benchmark::kMicrosecond);
     }
   }
   benchmark::Initialize(&argc, argv);
