@@ -66,7 +66,7 @@ declare -A BUDGET=(
   [torch-example]=36  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each; examples/engine_runner.py
                       # (10 s of it: a torch import, 4 graphs, 12 rounds)
-  [benchmarks]=55     # the selection in BENCH_RUNS (~110 cuda benchmarks at min_time 0.005 s)
+  [benchmarks]=55     # the selection in BENCH_RUNS (~126 cuda benchmarks at min_time 0.005 s)
   [peer-torch]=13     # bench/peer_torch.py at buckets 1, 64, 256
   [peer-csr]=17       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
                       # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
@@ -122,9 +122,12 @@ ROUND_CPP=("accept_test:Executors/AcceptExecutors.*/cuda" "commit_test:Executors
 ROUND_CPP_SECONDS=5
 # The benchmarks that answer the run's questions (docs/gpu-check.md), one program
 # run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex. The
-# newest first (bench_round: acceptance, commit and next round chained, 20 cases; bench_extend:
-# one run_extend_metadata at 6 cases), so a slow older one cannot starve them.
+# newest first (bench_device_round: K = 16 whole rounds as one launch_device_rounds against the
+# same rounds driven from the host, rounds/s and GPU idle per round, 16 cases; bench_round:
+# acceptance, commit and next round chained, 20 cases; bench_extend: one run_extend_metadata at
+# 6 cases), so a slow older one cannot starve them.
 BENCH_RUNS=(
+  "device_round|bench_device_round|^device_round/(device_loop|host_loop)/cuda/bucket:(1|4|16|64)/(topk:1/page_size:1|topk:4/page_size:16)/"
   "round_chain|bench_round|^round/cuda/bucket:(1|4|16|64|256)/topk:(1|4)/page_size:(1|16)/"
   "extend|bench_extend|^extend/cuda/bucket:(1|64|256)/W:8/page_size:(1|64)/M:4096/path:0/"
   "expand|bench_metadata|^expand/(fused|multipass)/cuda/bucket:(1|64|256)/topk:8/page_size:16/step:(0|4)/"

@@ -18,7 +18,7 @@
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/runtime.hpp"
-#include "tests/device_round_rig.hpp"
+#include "testing/device_round_driver.hpp"
 #include "tests/device_round_run.hpp"
 #include "tests/engine_inputs_support.hpp"
 #include "tests/test_support.hpp"
@@ -65,6 +65,7 @@ TEST_P(DeviceRound, BackToBackLaunchesEqualTheHostDrivenRoundsAndTheReferences) 
       std::int64_t launches_b = 0;
       const dr_record got_b = b.run_host(K, &launches_b);
       EXPECT_GT(launches_b, K);
+      EXPECT_EQ(got_b.guard_violations, 0) << got_b.first_guard;
       expect_same(got_b, want, K, "(b) host-driven against the references");
       for (std::int32_t k = 0; k < K; ++k) {
         for (std::int32_t r = 0; r < real; ++r) {

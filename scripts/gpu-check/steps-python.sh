@@ -140,7 +140,8 @@ step_extend() {
 
 # The round after verify (issue 31), right after the extend step: the cuda instances of the
 # acceptance, commit and next-round launchers (ROUND_CPP), one JUnit file each (logs/round-*.xml);
-# C++ only. The benchmarks step times the three chained (bench_round, the round_chain selection).
+# C++ only. The benchmarks step times the three chained (bench_round, the round_chain selection)
+# and whole rounds against the host-driven ones (bench_device_round, the device_round selection).
 step_round() {
   local rc=0 why=() cpp=0 cpp_total=0
   gtest_entries "$ROUND_CPP_SECONDS" round "${ROUND_CPP[@]}"
