@@ -4,6 +4,7 @@
 in WORK_DIR (status/, notes/, counts/, logs/). Writes WORK_DIR/answers.json (a list of {id,
 question, answered, text}) and WORK_DIR/answers.txt ("answer ID: TEXT" lines). An answer that
 cannot be given says why: the step's status and note, or what is missing."""
+import glob
 import json
 import os
 import re
@@ -326,7 +327,39 @@ def round_after_verify(work):
         text += "; " + device_rounds(bench(work, "device_round"))
     except Missing as e:
         text += f"; bench_device_round: not answered ({e})"
+    text += "; " + round_loops(work)
     return text
+
+
+def round_loops(work):
+    """The round step's main-job round loops (logs/round-loop-B.json): per batch, both modes'
+    wall and host us per round, graph launches and host syncs per round, and whether the two
+    modes were identical and verified."""
+    cells = []
+    for path in sorted(glob.glob(os.path.join(work, "logs", "round-loop-*.json")),
+                       key=lambda p: int(re.sub(r"\D", "", os.path.basename(p)) or 0)):
+        try:
+            r = json.load(open(path))
+        except (OSError, ValueError) as e:
+            cells.append(f"{os.path.basename(path)}: unreadable ({e})")
+            continue
+        d, h = r.get("device_loop", {}), r.get("host_driven", {})
+        cells.append(
+            f"batch {r.get('config', {}).get('batch', '?')}: device loop "
+            f"{fmt(d.get('wall_us_per_round', -1))} us/round wall, "
+            f"{fmt(d.get('host_us_per_round', -1))} host, "
+            f"{fmt(d.get('graph_launches', 0) / max(1, d.get('rounds', 1)))} launches and "
+            f"{fmt(d.get('host_syncs', 0) / max(1, d.get('rounds', 1)))} host syncs/round vs "
+            f"host-driven {fmt(h.get('wall_us_per_round', -1))} wall, "
+            f"{fmt(h.get('host_us_per_round', -1))} host, "
+            f"{fmt(h.get('graph_launches', 0) / max(1, h.get('rounds', 1)))} launches, "
+            f"{fmt(h.get('host_syncs', 0) / max(1, h.get('rounds', 1)))} syncs; "
+            f"{'identical' if r.get('identical') else 'NOT identical'}, "
+            f"{r.get('verified_rounds', 0)} rounds verified (max rel err "
+            f"{r.get('max_relative_error', '?')})")
+    if not cells:
+        return "main job round loop: not run (no logs/round-loop-*.json)"
+    return "main job round loop (rounds-per-launch 8, 40 rounds): " + "; ".join(cells)
 
 
 def device_rounds(runs):
