@@ -51,7 +51,7 @@ class dr_rig {
     in.ring_capacity = static_cast<std::int64_t>(s.ring.size());
     in.ring_tail = tail.data();
     in.stop_token_count = 1;
-    in.budget = false;
+    in.budget = !s.budget.empty();
   }
 
   // The extend forward: logs each round at the device counter.
@@ -90,6 +90,9 @@ class dr_rig {
     ex_.copy_to_device(v.ring_head, &head, sizeof head);
     ex_.copy_to_device(v.stall, &zero, sizeof zero);
     ex_.copy_to_device(v.stop_token_ids, &stop_id, sizeof stop_id);
+    if (!s_.budget.empty()) {
+      ex_.copy_to_device(v.max_new_tokens_left, s_.budget.data(), s_.budget.size() * 4);
+    }
   }
 
   // (a): K launches and the executor's counters over them; then the log and the final state
@@ -154,6 +157,10 @@ class dr_rig {
     out.req_to_token = r2t.download();
     ex_.copy_to_host(&out.ring_head, v.ring_head, sizeof out.ring_head);
     ex_.copy_to_host(&out.stall, v.stall, sizeof out.stall);
+    if (!s_.budget.empty()) {
+      out.tokens_left.resize(static_cast<std::size_t>(B));
+      ex_.copy_to_host(out.tokens_left.data(), v.max_new_tokens_left, out.tokens_left.size() * 4);
+    }
     return out;
   }
 
@@ -177,6 +184,11 @@ class dr_rig {
     const std::vector<std::int64_t> slots = first_slots(p, s_);
     std::memcpy(h.out_cache_loc(), slots.data(), slots.size() * 8);
     *hv.stop_token_ids = stop_id;
+    // A budget: the twin refuses a real row whose budget ran out (by name), so (b) runs only
+    // while every real row has some left.
+    if (!s_.budget.empty()) {
+      std::memcpy(hv.max_new_tokens_left, s_.budget.data(), s_.budget.size() * 4);
+    }
     std::vector<std::int32_t> host_r2t = s_.req_to_token;
     std::int64_t host_tail = s_.tail;
     after_verify_inputs hin = in;
@@ -245,6 +257,7 @@ class dr_rig {
     out.req_to_token = host_r2t;
     out.ring_head = *hv.ring_head;
     out.stall = *hv.stall;
+    if (!s_.budget.empty()) out.tokens_left = slice(hv.max_new_tokens_left, B);
     return out;
   }
 
