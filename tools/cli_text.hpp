@@ -2,7 +2,11 @@
 // one printable line whatever bytes the user passed.
 #pragma once
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <string>
+#include <utility>
 
 namespace specgraph::tools {
 
@@ -42,5 +46,26 @@ inline std::string one_line(const std::string& message) {
   }
   return out;
 }
+
+// A one-line progress bar on stderr, shown only on a terminal.
+class progress_bar {
+ public:
+  explicit progress_bar(std::string label)
+      : label_(std::move(label)), tty_(isatty(STDERR_FILENO) != 0) {}
+  void operator()(int done, int total) const {
+    if (!tty_ || total <= 0) return;
+    const int width = 30;
+    const int filled = static_cast<int>(static_cast<long long>(width) * done / total);
+    std::fprintf(stderr, "\r%-10s [%s%s] %d/%d", label_.c_str(),
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), done, total);
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string label_;
+  bool tty_;
+};
 
 }  // namespace specgraph::tools

@@ -22,6 +22,7 @@
 #include "tools/cli_text.hpp"
 #include "tools/format_flag.hpp"
 #include "tools/json.hpp"
+#include "tools/loop_command.hpp"
 #include "tools/run_report.hpp"
 #include "tools/sim/sim_engine.hpp"
 
@@ -59,6 +60,9 @@ constexpr const char* run_usage =
     "                   min(D, 1 + topk x depth)); 0 or --no-verify-round: draft steps only\n"
     "  --no-extend      no draft-extend step after the verify step (default: one per round,\n"
     "                   over each request's window of W = D tokens; docs/extend.md)\n"
+    "  --rounds-per-launch N  the round loop instead (docs/main-job.md): batch\n"
+    "                   --max-batch, whole rounds as one graph launch each, N back to back\n"
+    "                   per host step, beside the same rounds driven from the host\n"
     "  --json FILE      write the report as JSON (with the version and git commit)\n"
     "  --dump-graphs DIR  one Graphviz file per captured graph\n"
     "\n"
@@ -83,6 +87,7 @@ struct parsed {
   sim::sim_options options;
   std::string json_path, dot_dir;
   bool help = false;
+  std::int32_t rounds_per_launch = 0;  // > 0: the round loop (tools/loop_command.hpp)
 };
 
 std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t lo,
@@ -249,6 +254,8 @@ parsed parse(const std::vector<std::string>& args) {
       if (!parse_format(flag, value, o.format, error)) throw flag_error(error);
     } else if (flag == "--verify-every") {
       o.verify_every = num(1, 1 << 24);
+    } else if (flag == "--rounds-per-launch") {
+      p.rounds_per_launch = num(1, 1 << 20);
     } else if (flag == "--json") {
       p.json_path = value;
     } else if (flag == "--dump-graphs") {
@@ -282,30 +289,21 @@ parsed parse(const std::vector<std::string>& args) {
   }
   o.verify_tokens = no_verify_round ? 0 : static_cast<std::int32_t>(verify_tokens);
   o.verify_tokens = sim::resolved_verify_tokens(o);
+  if (p.rounds_per_launch > 0) {
+    if (const char* flag = loop_conflict(o, !depth_text.empty(), !p.dot_dir.empty())) {
+      throw flag_error(std::string("--rounds-per-launch: runs fa3 whole rounds of every step with "
+                                   "draft extend; drop ") +
+                       flag);
+    }
+    if (p.rounds_per_launch > o.rounds) {
+      throw flag_error("--rounds-per-launch: " + std::to_string(p.rounds_per_launch) +
+                       " exceeds --rounds " + std::to_string(o.rounds));
+    }
+    return p;
+  }
   check_memory(o);
   return p;
 }
-
-// A one-line progress bar on stderr, shown only on a terminal.
-class progress_bar {
- public:
-  explicit progress_bar(std::string label)
-      : label_(std::move(label)), tty_(isatty(STDERR_FILENO) != 0) {}
-  void operator()(int done, int total) const {
-    if (!tty_ || total <= 0) return;
-    const int width = 30;
-    const int filled = static_cast<int>(static_cast<long long>(width) * done / total);
-    std::fprintf(stderr, "\r%-10s [%s%s] %d/%d", label_.c_str(),
-                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                 std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), done, total);
-    if (done == total) std::fprintf(stderr, "\n");
-    std::fflush(stderr);
-  }
-
- private:
-  std::string label_;
-  bool tty_;
-};
 
 }  // namespace
 
@@ -346,6 +344,11 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   try {
     auto ex = make_executor(o.executor);
+    if (p.rounds_per_launch > 0) {
+      run_loop_command(*ex, o, p.rounds_per_launch, out, json_out.is_open() ? &json_out : nullptr);
+      if (json_out.is_open() && !json_out.flush()) throw error("--json: writing failed");
+      return 0;
+    }
     // The configuration first, flushed: on a terminal it stands above the progress bars, piped
     // it arrives before the run, not with the report at the end.
     out << run_header(o, ex->name()) << std::flush;

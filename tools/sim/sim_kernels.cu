@@ -1,4 +1,5 @@
 #include "specgraph/row_kernel_cuda.cuh"
+#include "tools/sim/loop_kernels.hpp"
 #include "tools/sim/sim_extend_kernels.hpp"
 #include "tools/sim/sim_kernels.hpp"
 #include "tools/sim/sim_verify_kernels.hpp"
@@ -15,5 +16,10 @@ sim_verify_cuda_launchers sim_verify_cuda() {
 }
 sim_extend_cuda_launchers sim_extend_cuda() {
   return {&cuda_rows<extend_attention_kernel>, &cuda_rows<extend_two_pass_kernel>};
+}
+loop_cuda_launchers loop_cuda() {
+  return {&cuda_rows<loop_qkv_kernel>,       &cuda_rows<loop_tail_copy_kernel>,
+          &cuda_rows<loop_commit_kv_kernel>, &cuda_rows<loop_tree_kernel>,
+          &cuda_rows<loop_out_log_kernel>,   &cuda_rows<loop_log_kernel>};
 }
 }  // namespace specgraph::sim

@@ -1,3 +1,4 @@
+#include "tools/sim/loop_kernels.hpp"
 #include "tools/sim/sim_extend_kernels.hpp"
 #include "tools/sim/sim_kernels.hpp"
 #include "tools/sim/sim_verify_kernels.hpp"
@@ -11,5 +12,8 @@ sim_verify_cuda_launchers sim_verify_cuda() {
 }
 sim_extend_cuda_launchers sim_extend_cuda() {
   return {nullptr, nullptr};
+}
+loop_cuda_launchers loop_cuda() {
+  return {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 }
 }  // namespace specgraph::sim

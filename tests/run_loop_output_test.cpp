@@ -1,0 +1,140 @@
+// What `specgraph run --rounds-per-launch N` prints (issue 31 item 5, docs/main-job.md section
+// 5): the configuration line first and flushed, one table row per mode with the counts per
+// round, the verification and the comparison lines; the same in --json with the version and
+// commit; the flags the round loop does not take refused by name, nothing run.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/json.hpp"
+#include "tools/run_command.hpp"
+
+namespace specgraph::tools {
+namespace {
+
+class flush_recorder : public std::stringbuf {
+ public:
+  std::vector<std::string> flushed;
+
+ protected:
+  int sync() override {
+    flushed.push_back(str());
+    return 0;
+  }
+};
+
+const std::vector<std::string> small{"--executor",
+                                     "host",
+                                     "--max-batch",
+                                     "3",
+                                     "--topk",
+                                     "2",
+                                     "--steps",
+                                     "3",
+                                     "--page-size",
+                                     "4",
+                                     "--heads",
+                                     "1",
+                                     "--head-dim",
+                                     "8",
+                                     "--max-context",
+                                     "30",
+                                     "--rounds",
+                                     "10",
+                                     "--rounds-per-launch",
+                                     "4",
+                                     "--verify",
+                                     "all"};
+
+TEST(RunLoopOutput, TheTableCountsEachModeAndBothChecksPass) {
+  const std::string path =
+      ::testing::TempDir() + "specgraph_run_loop_" + std::to_string(::getpid()) + ".json";
+  std::vector<std::string> args = small;
+  args.insert(args.end(), {"--json", path});
+  flush_recorder buf;
+  std::ostream out(&buf);
+  std::ostringstream err;
+  ASSERT_EQ(run_command(args, out, err), 0) << err.str();
+  const std::string text = buf.str();
+  ASSERT_FALSE(buf.flushed.empty());
+  EXPECT_EQ(buf.flushed.front(),
+            "round loop: executor host, batch 3, topk 2, 3 steps, D 7, page size 4, 1 heads x 8, "
+            "10 rounds, 4 per launch, seed 1\n")
+      << "the configuration is flushed before anything runs";
+  // host-driven: num_steps + 2 graphs a round; the device loop one; no eager kernel (nothing
+  // finishes in 10 rounds at this seed: no new request's prefill).
+  EXPECT_NE(text.find("\nhost-driven      10           5.00            0.00 "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\ndevice loop      10           1.00            0.00 "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("verification: 20 rounds (both modes), "), std::string::npos) << text;
+  EXPECT_NE(text.find("(tolerance 1.00e-05): PASSED\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("device loop vs host-driven: 10 rounds of "), std::string::npos) << text;
+  EXPECT_NE(text.find("cells): IDENTICAL\n"), std::string::npos) << text;
+
+  std::ifstream in(path);
+  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  const json doc = json::parse(body);
+  EXPECT_EQ(member(doc, "mode")->text, "round_loop");
+  EXPECT_NE(member(doc, "version"), nullptr);
+  EXPECT_NE(member(doc, "commit"), nullptr);
+  EXPECT_TRUE(member(doc, "identical")->boolean);
+  EXPECT_EQ(as_int(*member(*member(doc, "config"), "rounds_per_launch"), "rpl"), 4);
+  const json& dev = *member(doc, "device_loop");
+  const json& host = *member(doc, "host_driven");
+  EXPECT_EQ(as_int(*member(dev, "graph_launches"), "g"), 10);
+  EXPECT_EQ(as_int(*member(dev, "synchronizations"), "s"), 3);
+  EXPECT_EQ(as_int(*member(host, "graph_launches"), "g"), 50);
+  EXPECT_EQ(as_int(*member(host, "host_steps"), "h"), 3);
+  EXPECT_GT(member(host, "host_us_per_round")->number, 0);
+  EXPECT_LE(member(host, "host_seconds")->number, member(host, "wall_seconds")->number);
+  // Every copy back waits for the stream: a host sync. Per host step the device loop reads its
+  // log and the ring head; the host-driven loop reads the tree every round.
+  for (const json* m : {&dev, &host}) {
+    EXPECT_EQ(
+        as_int(*member(*m, "host_syncs"), "hs"),
+        as_int(*member(*m, "synchronizations"), "s") + as_int(*member(*m, "copies_to_host"), "c"));
+  }
+  EXPECT_EQ(as_int(*member(dev, "copies_to_host"), "c"), 3 * 2);
+  EXPECT_EQ(as_int(*member(host, "copies_to_host"), "c"), 10 * 3);
+  EXPECT_EQ(as_int(*member(doc, "verified_rounds"), "v"), 20);
+}
+
+TEST(RunLoopOutput, FlagsTheLoopDoesNotTakeAreRefusedByName) {
+  const struct {
+    std::vector<std::string> extra;
+    std::string message;
+  } cases[] = {
+      {{"--format", "csr"}, "drop --format"},
+      {{"--depth", "2"}, "drop --depth"},
+      {{"--device-steps"}, "drop --device-steps"},
+      {{"--no-extend"}, "drop --no-extend"},
+      {{"--no-verify-round"}, "drop --verify-tokens 0"},
+      {{"--slot-stride", "4"}, "drop --slot-stride"},
+      {{"--checked"}, "drop --checked"},
+      {{"--dump-graphs", "/tmp"}, "drop --dump-graphs"},
+      {{"--rounds-per-launch", "11"}, "--rounds-per-launch: 11 exceeds --rounds 10"},
+      {{"--rounds-per-launch", "0"}, "--rounds-per-launch: 0 is outside [1, 1048576]"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = small;
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    std::ostringstream out, err;
+    EXPECT_EQ(run_command(args, out, err), 2) << c.message;
+    EXPECT_NE(err.str().find(c.message), std::string::npos) << err.str();
+    EXPECT_EQ(out.str(), "") << "nothing runs";
+  }
+  std::ostringstream out, err;
+  ASSERT_EQ(run_command({"--help"}, out, err), 0);
+  EXPECT_NE(out.str().find("--rounds-per-launch N"), std::string::npos) << out.str();
+}
+
+}  // namespace
+}  // namespace specgraph::tools

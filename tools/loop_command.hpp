@@ -1,0 +1,25 @@
+// `specgraph run --rounds-per-launch N` (docs/main-job.md, "The round loop"): the round loop
+// (tools/sim/round_loop.hpp) from the run's flags, its report as text and JSON.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+
+#include "specgraph/executor.hpp"
+#include "tools/sim/sim_engine.hpp"
+
+namespace specgraph::tools {
+
+// The first of the run's flags the round loop does not take (format csr / both, --depth,
+// --device-steps, --no-extend, --verify-tokens 0, --slot-stride, --checked, --dump-graphs), or
+// null. `depth` and `dump_graphs`: whether those flags were given.
+const char* loop_conflict(const sim::sim_options& o, bool depth, bool dump_graphs);
+
+// The round loop's options from the run's: batch = max_batch, the shape, the rounds, the seed,
+// the verification; throws sim::verification_error, guard_violation or invalid_argument as
+// run_round_loop does. Writes the header first (flushed), then the report; `json` (may be null)
+// gets the JSON form with the version and commit.
+void run_loop_command(executor& ex, const sim::sim_options& o, std::int32_t rounds_per_launch,
+                      std::ostream& out, std::ostream* json);
+
+}  // namespace specgraph::tools
