@@ -72,7 +72,7 @@ class dr_rig {
     in.ring_capacity = static_cast<std::int64_t>(s.ring.size());
     in.ring_tail = tail.data();
     in.stop_token_count = 1;
-    in.budget = false;
+    in.budget = !s.budget.empty();
   }
 
   // The extend forward: logs each round at the device counter.
@@ -111,6 +111,9 @@ class dr_rig {
     ex_.copy_to_device(v.ring_head, &head, sizeof head);
     ex_.copy_to_device(v.stall, &zero, sizeof zero);
     ex_.copy_to_device(v.stop_token_ids, &stop_id, sizeof stop_id);
+    if (!s_.budget.empty()) {
+      ex_.copy_to_device(v.max_new_tokens_left, s_.budget.data(), s_.budget.size() * 4);
+    }
   }
 
   // One round's worst case of ring pages: B * ceil(S / ps).
@@ -194,6 +197,10 @@ class dr_rig {
     out.req_to_token = r2t.download();
     ex_.copy_to_host(&out.ring_head, v.ring_head, sizeof out.ring_head);
     ex_.copy_to_host(&out.stall, v.stall, sizeof out.stall);
+    if (!s_.budget.empty()) {
+      out.tokens_left.resize(static_cast<std::size_t>(B));
+      ex_.copy_to_host(out.tokens_left.data(), v.max_new_tokens_left, out.tokens_left.size() * 4);
+    }
     return out;
   }
 
@@ -220,6 +227,11 @@ class dr_rig {
     const std::vector<std::int64_t> slots = first_slots(p, s_);
     std::memcpy(h_.out_cache_loc(), slots.data(), slots.size() * 8);
     *hv_.stop_token_ids = stop_id;
+    // A budget: the twin refuses a real row whose budget ran out (by name), so (b) runs only
+    // while every real row has some left.
+    if (!s_.budget.empty()) {
+      std::memcpy(hv_.max_new_tokens_left, s_.budget.data(), s_.budget.size() * 4);
+    }
     host_r2t_ = s_.req_to_token;
     host_tail_ = s_.tail;
     hin_ = in;
@@ -310,6 +322,7 @@ class dr_rig {
     out.req_to_token = host_r2t_;
     out.ring_head = *hv_.ring_head;
     out.stall = *hv_.stall;
+    if (!s_.budget.empty()) out.tokens_left = slice(hv_.max_new_tokens_left, B);
     return out;
   }
 

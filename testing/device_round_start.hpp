@@ -29,6 +29,8 @@ struct dr_start {
   std::vector<std::int32_t> ring;
   std::int64_t tail = 0;
   std::int64_t width = 0;
+  // Each row's length budget (max_new_tokens_left), [bucket]; empty: the rounds run without one.
+  std::vector<std::int32_t> budget;
 };
 
 inline dr_start make_start(const plan& p, std::int32_t real, std::int64_t ring_rounds,
@@ -98,6 +100,7 @@ struct dr_record {
   std::vector<std::int32_t> req_to_token;
   std::int64_t ring_head = 0;
   std::int32_t stall = 0;
+  std::vector<std::int32_t> tokens_left;  // [B] after the last round, with a budget
   // (c) only: the round section's violations summed over the rounds, per word.
   std::vector<std::int32_t> guard_total;
   // (b) only: every guard word the runtime's graphs and the host twins left, summed over the

@@ -66,13 +66,17 @@ inline dr_record run_reference(const plan& p, const dr_start& s, std::int32_t ro
   e.ring = s.ring;
   e.tail = s.tail;
   e.stop_ids = {stop_id};
-  e.budget = false;
+  e.budget = !s.budget.empty();
   e.real_batch = s.real;
   for (std::int64_t r = 0; r < B; ++r) {
     m.put<std::int32_t>(p.layout.seq_len, r, s.seq_len[static_cast<std::size_t>(r)]);
     m.put<std::int32_t>(p.layout.req_pool_index, r, s.pool[static_cast<std::size_t>(r)]);
     m.put<std::int32_t>(m.field(round_allocated_len), r,
                         s.allocated_len[static_cast<std::size_t>(r)]);
+    if (e.budget) {
+      m.put<std::int32_t>(m.field(round_max_new_tokens_left), r,
+                          s.budget[static_cast<std::size_t>(r)]);
+    }
   }
   dr_record out;
   out.guard_total.assign(round_guard_count, 0);
@@ -109,6 +113,7 @@ inline dr_record run_reference(const plan& p, const dr_start& s, std::int32_t ro
   out.req_to_token = e.req_to_token;
   out.ring_head = m.get<std::int64_t>(m.field(round_ring_head), 0);
   out.stall = m.get<std::int32_t>(m.field(round_stall), 0);
+  if (e.budget) out.tokens_left = m.i32s(m.field(round_max_new_tokens_left), B);
   return out;
 }
 
@@ -133,6 +138,7 @@ inline void expect_same(const dr_record& got, const dr_record& want, std::int32_
   EXPECT_EQ(got.req_to_token, want.req_to_token);
   EXPECT_EQ(got.ring_head, want.ring_head);
   EXPECT_EQ(got.stall, want.stall);
+  EXPECT_EQ(got.tokens_left, want.tokens_left);
 }
 
 }  // namespace specgraph::testing
