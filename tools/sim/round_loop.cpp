@@ -191,35 +191,8 @@ void engine::draft_forward(const step_view& v) {
       v.real_batch,  v.seq_len, v.req_pool_index,  d_salt.as<std::uint64_t>(), opt.topk,         s,
       opt.num_steps, hd,        q_src.as<float>(), k_src.as<float>(),          v_src.as<float>()};
   launch_rows<loop_qkv_kernel>(ex, g, v.rows, lcuda.qkv);
-  kv_write_kernel::params w{};
-  w.real_batch = v.real_batch;
-  w.topk = v.topk;
-  w.cache_loc = v.out_cache_loc;
-  w.cache_loc_stride = v.cache_loc_stride;
-  w.step = s;
-  w.steps = opt.num_steps;
-  w.head_elems = hd;
-  w.k_src = k_src.as<float>();
-  w.v_src = v_src.as<float>();
-  w.k_pool = k_pool.as<float>();
-  w.v_pool = v_pool.as<float>();
-  launch_rows<kv_write_kernel>(ex, w, v.rows, cuda.kv_write);
-  fa3_buffers b;
-  b.q = q_src.as<float>();
-  b.k_pool = k_pool.as<float>();
-  b.v_pool = v_pool.as<float>();
-  b.o_prefix = o_prefix.as<float>();
-  b.lse_prefix = lse_prefix.as<float>();
-  b.o_expand = o_expand.as<float>();
-  b.lse_expand = lse_expand.as<float>();
-  b.out = out.as<float>();
-  b.out_lse = out_lse.as<float>();
-  b.steps = opt.num_steps;
-  b.heads = opt.heads;
-  b.head_dim = opt.head_dim;
-  b.page_size = opt.page_size;
-  b.max_rows = max_rows;
-  fa3_draft_attention(ex, cuda, v, b);
+  draft_kv_write(ex, cuda, v, *this);
+  fa3_draft_attention(ex, cuda, v, fa3_buffers_of(*this));
 }
 
 // The target's verify forward, as far as acceptance reads it: the toy tree into the round

@@ -153,44 +153,13 @@ struct sim_engine::impl {
   // The forward captured into graph(B, s): the step's K/V into the pool, then the attention
   // path(s) of opt.format.
   void forward(const step_view& v) {
-    const std::int32_t s = v.step;
-    kv_write_kernel::params w{};
-    w.real_batch = v.real_batch;
-    w.topk = v.topk;
-    w.cache_loc = v.out_cache_loc;
-    w.cache_loc_stride = v.cache_loc_stride;
-    w.step = s;
-    w.steps = opt.num_steps;
-    w.head_elems = hd;
-    w.k_src = k_src.as<float>();
-    w.v_src = v_src.as<float>();
-    w.k_pool = k_pool.as<float>();
-    w.v_pool = v_pool.as<float>();
-    w.device_step = v.device_step;
-    launch<kv_write_kernel>(w, v.rows, cuda.kv_write);
+    draft_kv_write(*ex, cuda, v, *this);
     if (run_csr) csr_forward(v);
     if (run_fa3) fa3_forward(v);
   }
 
   // The fa3 path (tools/sim/sim_fa3.hpp): the prefix pages, then the branch's, merged into `out`.
-  void fa3_forward(const step_view& v) {
-    fa3_buffers b;
-    b.q = q_src.as<float>();
-    b.k_pool = k_pool.as<float>();
-    b.v_pool = v_pool.as<float>();
-    b.o_prefix = o_prefix.as<float>();
-    b.lse_prefix = lse_prefix.as<float>();
-    b.o_expand = o_expand.as<float>();
-    b.lse_expand = lse_expand.as<float>();
-    b.out = out.as<float>();
-    b.out_lse = out_lse.as<float>();
-    b.steps = opt.num_steps;
-    b.heads = opt.heads;
-    b.head_dim = opt.head_dim;
-    b.page_size = opt.page_size;
-    b.max_rows = max_rows;
-    fa3_draft_attention(*ex, cuda, v, b);
-  }
+  void fa3_forward(const step_view& v) { fa3_draft_attention(*ex, cuda, v, fa3_buffers_of(*this)); }
 
   // The csr path: draft_runtime has written the step's kv_indptr / kv_indices into the plan's
   // arena before this forward (the step's graph body, in every replay mode: docs/csr.md), so

@@ -73,4 +73,47 @@ inline void fa3_draft_attention(executor& ex, const sim_cuda_launchers& cuda, co
   ex.launch(make_kernel_launch<lse_merge_kernel>(m, rows, cuda.merge));
 }
 
+// An engine's buffers as fa3_buffers, and its draft step's K/V write: E has the device_buffers
+// q_src, k_src, v_src, k_pool, v_pool, o_prefix, lse_prefix, o_expand, lse_expand, out, out_lse,
+// the ints hd (heads * head_dim) and max_rows, and opt with num_steps, heads, head_dim and
+// page_size (sim_engine's impl, the round loop's engine).
+template <class E>
+fa3_buffers fa3_buffers_of(const E& e) {
+  fa3_buffers b;
+  b.q = e.q_src.template as<float>();
+  b.k_pool = e.k_pool.template as<float>();
+  b.v_pool = e.v_pool.template as<float>();
+  b.o_prefix = e.o_prefix.template as<float>();
+  b.lse_prefix = e.lse_prefix.template as<float>();
+  b.o_expand = e.o_expand.template as<float>();
+  b.lse_expand = e.lse_expand.template as<float>();
+  b.out = e.out.template as<float>();
+  b.out_lse = e.out_lse.template as<float>();
+  b.steps = e.opt.num_steps;
+  b.heads = e.opt.heads;
+  b.head_dim = e.opt.head_dim;
+  b.page_size = e.opt.page_size;
+  b.max_rows = e.max_rows;
+  return b;
+}
+
+// The step's K and V of every real query row into the pool at its draft slot (kv_write_kernel).
+template <class E>
+void draft_kv_write(executor& ex, const sim_cuda_launchers& cuda, const step_view& v, const E& e) {
+  kv_write_kernel::params w{};
+  w.real_batch = v.real_batch;
+  w.topk = v.topk;
+  w.cache_loc = v.out_cache_loc;
+  w.cache_loc_stride = v.cache_loc_stride;
+  w.step = v.step;
+  w.steps = e.opt.num_steps;
+  w.head_elems = e.hd;
+  w.k_src = e.k_src.template as<float>();
+  w.v_src = e.v_src.template as<float>();
+  w.k_pool = e.k_pool.template as<float>();
+  w.v_pool = e.v_pool.template as<float>();
+  w.device_step = v.device_step;
+  ex.launch(make_kernel_launch<kv_write_kernel>(w, v.rows, cuda.kv_write));
+}
+
 }  // namespace specgraph::sim
