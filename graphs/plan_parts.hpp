@@ -55,7 +55,8 @@ void add_verify_section(arena_builder& a, plan& p, std::int32_t guard_base);
 // and the draft-extend section appended to the arena (guard words from guard_base on).
 void validate_extend(const draft_config& c);
 void add_extend_section(arena_builder& a, plan& p, std::int32_t guard_base);
-// plan_round.cpp: the round_on_device, round_reserve and max_stop_tokens checks of
+// plan_round.cpp: the round_on_device, round_reserve, round_max_seq_len (the rows hold
+// ceil_page(M + R)) and max_stop_tokens checks of
 // validate(draft_config) (after validate_verify), and the round section appended to the arena
 // (guard words from guard_base on).
 void validate_round(const draft_config& c);

@@ -123,10 +123,11 @@ std::string plan::round_report_line() const {
   }
   const std::int64_t b = max_bucket(), n = config.num_steps;
   s << "round section (D = " << r.draft_tokens << ", S = " << n + 1 << ", bucket " << b
-    << ", reserve " << r.reserve << "): " << bytes << " bytes in " << count << " buffers, "
-    << our_round_bytes << " with their alignment; kv move pairs " << b << " x " << n << " = "
-    << round_kv_move_pairs << " (SGLang " << b << " x " << n + 1 << " = " << engine_kv_move_pairs
-    << "); standing reserve " << round_reserve_per_request << " positions per request (SGLang 2 x "
+    << ", reserve " << r.reserve << ", max seq_len " << r.max_seq_len << "): " << bytes
+    << " bytes in " << count << " buffers, " << our_round_bytes
+    << " with their alignment; kv move pairs " << b << " x " << n << " = " << round_kv_move_pairs
+    << " (SGLang " << b << " x " << n + 1 << " = " << engine_kv_move_pairs << "); standing reserve "
+    << round_reserve_per_request << " positions per request (SGLang 2 x "
     << engine_reserve_per_request / 2 << " = " << engine_reserve_per_request
     << "); ring pages per round " << b << " x "
     << next_round_pages_per_request(config.num_steps, config.page_size) << '\n';
@@ -236,8 +237,8 @@ std::string plan::report_json() const {
   const plan_layout::round_section& r = layout.round;
   if (r.enabled()) {
     s << ",\"round\":{\"draft_tokens\":" << r.draft_tokens << ",\"reserve\":" << r.reserve
-      << ",\"stop_capacity\":" << r.stop_capacity << ",\"bytes\":" << our_round_bytes
-      << ",\"kv_move_pairs\":" << round_kv_move_pairs
+      << ",\"max_seq_len\":" << r.max_seq_len << ",\"stop_capacity\":" << r.stop_capacity
+      << ",\"bytes\":" << our_round_bytes << ",\"kv_move_pairs\":" << round_kv_move_pairs
       << ",\"engine_kv_move_pairs\":" << engine_kv_move_pairs
       << ",\"reserve_per_request\":" << round_reserve_per_request
       << ",\"engine_reserve_per_request\":" << engine_reserve_per_request

@@ -2,8 +2,9 @@
 // rules of one request, and the one pass. Host+device; one logical thread per request, a few
 // registers, no scratch. Thread r < batch checks request r (when real) and writes every output
 // cell of its row; a padding row (past the real batch, or refused by the check) moves nothing and
-// does not finish. Thread batch records a clamped real-batch word. Every cell is stored once,
-// through checked_store.
+// does not finish. Thread batch records a clamped real-batch word. Every output cell is stored
+// once, through checked_store; the budget (max_new_tokens_left, in-place state) of a real row
+// the check passed is decremented in place by its emit_len.
 //
 // Costs per request: the check reads c + 1 <= D accept_index entries; the moves read at most
 // 2 * num_steps req_to_token slots; the finish compares a <= D output tokens with every stop id
@@ -203,6 +204,11 @@ struct commit_kernel {
     }
     commit_finish f;
     if (!padded) f = commit_finish_of(p, r);
+    // The budget after the round, in place (in-place state like next_round's allocated_len:
+    // cell r < batch, the one the check read): m - emit_len >= 0, emit_len <= m when set.
+    if (!padded && p.max_new_tokens_left != nullptr) {
+      p.max_new_tokens_left[r] -= f.emit_len;
+    }
     if (p.finished != nullptr) {
       checked_store(p.finished, r, cap(p.finished_capacity), f.finished, g, out, r);
     }

@@ -56,23 +56,25 @@ declare -A BUDGET=(
   [extend]=25         # the draft-extend phase, the newest code: its three C++ binaries' cuda
                       # tests (each at most 8 s), then python/tests/test_extend_cuda.py (a
                       # torch import + CUDA context ~8 s, 100 small rounds)
-  [round]=14          # the round after verify (issue 31): acceptance, commit and next-round cuda
-                      # tests of four binaries (each cut at ROUND_CPP_SECONDS; no torch): a CUDA
-                      # context ~1 s and under 1 s of small cases each (estimated, not measured)
+  [round]=30          # the round after verify (issue 31): the device-round graph's and the round
+                      # loop's cuda tests first, then acceptance, commit and next round (six
+                      # binaries, each cut at ROUND_CPP_SECONDS; no torch): a CUDA context ~1 s
+                      # and a few s of small cases each; then the main job's round loop at the
+                      # LOOP_BATCHES, ~2 s each (all estimated, not measured)
   [tests]=45          # every ctest test (not python.pytest), cuda instances included
   [run-compare]=15    # two small seeded simulated runs (both formats), a few seconds each
   [python]=29         # pytest over every python/tests/*_cuda.py but the extend step's, in one
                       # call (the CPU rest runs in CI): one torch import, ~20 s of tests
-  [torch-example]=36  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
+  [torch-example]=30  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each; examples/engine_runner.py
                       # (10 s of it: a torch import, 4 graphs, 12 rounds)
-  [benchmarks]=55     # the selection in BENCH_RUNS (~110 cuda benchmarks at min_time 0.005 s)
-  [peer-torch]=13     # bench/peer_torch.py at buckets 1, 64, 256
-  [peer-csr]=17       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
+  [benchmarks]=55     # the selection in BENCH_RUNS (~126 cuda benchmarks at min_time 0.005 s)
+  [peer-torch]=10     # bench/peer_torch.py at buckets 1, 64, 256
+  [peer-csr]=15       # bench/peer_csr_torch.py: torch import ~3 s, the chain at 3 configurations
                       # eager and as graphs, bench_csr's 6 of them, one output check via the CLI
-  [memcheck]=20       # cuda tests of the binaries that have some, newest first (the round
+  [memcheck]=18       # cuda tests of the binaries that have some, newest first (the round
                       # binaries), 4 at a time
-  [initcheck]=16      # same, initcheck
+  [initcheck]=13      # same, initcheck
 )
 PACKAGING_RESERVE=15  # summaries + archive, and the 5 s kill grace after a timed-out step
 TOTAL_LIMIT=480
@@ -116,15 +118,24 @@ EXTEND_PYTEST=(python/tests/test_extend_cuda.py)
 # trees, one output short in some, the device real-batch word; the commit's examples; the next
 # round's examples and random rounds with the ring), at SMOKE_PROPERTY_CASES, each at most
 # ROUND_CPP_SECONDS. The benchmarks step times the three chained (bench_round).
-ROUND_CPP=("accept_test:Executors/AcceptExecutors.*/cuda" "commit_test:Executors/CommitOnExecutor.*/cuda"
+ROUND_CPP=("device_round_test:Executors/DeviceRound.*/cuda" "round_loop_test:Executors/RoundLoop.*/cuda"
+           "accept_test:Executors/AcceptExecutors.*/cuda" "commit_test:Executors/CommitOnExecutor.*/cuda"
            "commit_random_test:Executors/CommitRandomOnExecutor.*/cuda"
            "next_round_test:Executors/NextRoundExecutor.*/cuda")
 ROUND_CPP_SECONDS=5
+# Then the main job's round loop (specgraph run --rounds-per-launch 8, docs/main-job.md "The round
+# loop") on CUDA at these batches (--max-batch), 40 rounds each, every round verified at batch 8,
+# every tenth at the others; logs/round-loop-B.json each, the round answer's host and wall us per
+# round of both modes.
+LOOP_BATCHES=(1 8 16 64)
 # The benchmarks that answer the run's questions (docs/gpu-check.md), one program
 # run each with its own JSON (logs/bench_NAME.json): NAME|program|--benchmark_filter regex. The
-# newest first (bench_round: acceptance, commit and next round chained, 20 cases; bench_extend:
-# one run_extend_metadata at 6 cases), so a slow older one cannot starve them.
+# newest first (bench_device_round: K = 16 whole rounds as one launch_device_rounds against the
+# same rounds driven from the host, rounds/s and GPU idle per round, 16 cases; bench_round:
+# acceptance, commit and next round chained, 20 cases; bench_extend: one run_extend_metadata at
+# 6 cases), so a slow older one cannot starve them.
 BENCH_RUNS=(
+  "device_round|bench_device_round|^device_round/(device_loop|host_loop)/cuda/bucket:(1|4|16|64)/(topk:1/page_size:1|topk:4/page_size:16)/"
   "round_chain|bench_round|^round/cuda/bucket:(1|4|16|64|256)/topk:(1|4)/page_size:(1|16)/"
   "extend|bench_extend|^extend/cuda/bucket:(1|64|256)/W:8/page_size:(1|64)/M:4096/path:0/"
   "expand|bench_metadata|^expand/(fused|multipass)/cuda/bucket:(1|64|256)/topk:8/page_size:16/step:(0|4)/"

@@ -46,6 +46,7 @@ commit_case base() {
   return c;
 }
 
+// Every output cell and the budget written in place (a padded or refused row's untouched).
 void expect_cells(const commit_case& ref, const commit_outputs& o) {
   const commit_expect e = commit_reference(ref);
   for (int i = 0; i < commit_output_count; ++i) {
@@ -54,6 +55,11 @@ void expect_cells(const commit_case& ref, const commit_outputs& o) {
       ASSERT_EQ(o.cells[i][k], k < want.size() ? want[k] : commit_poison)
           << commit_output_names[i] << "[" << k << "]";
     }
+  }
+  ASSERT_EQ(o.budget.size(), e.budget.size() + (ref.has_budget ? commit_slack : 0));
+  for (std::size_t k = 0; k < o.budget.size(); ++k) {
+    ASSERT_EQ(o.budget[k], k < e.budget.size() ? e.budget[k] : commit_poison)
+        << "max_new_tokens_left[" << k << "]";
   }
 }
 
@@ -76,6 +82,9 @@ TEST(CommitBadInput, BaseIsGood) {
     // Row 0, k = 1: (V[1], V[2]), positions 4 and 5 of pool row 2.
     EXPECT_EQ(o.cells[0][0], 1000 + 7 * 44);
     EXPECT_EQ(o.cells[0][1], 1000 + 7 * 45);
+    // The budgets left: row 0 9 - 2, row 1 4 - 2; padding row 2 keeps its junk 0.
+    EXPECT_EQ(std::vector<std::int32_t>(o.budget.begin(), o.budget.begin() + 3),
+              (std::vector<std::int32_t>{7, 2, 0}));
   }
 }
 
@@ -118,6 +127,7 @@ TEST(CommitBadInput, KernelRecordsAndPadsHostRefuses) {
     for (int i = 0; i < commit_output_count; ++i) {
       for (const std::int32_t v : o.cells[i]) ASSERT_EQ(v, commit_poison) << commit_output_names[i];
     }
+    EXPECT_EQ(o.budget, commit_budget_cells(c)) << "the refused twin wrote a budget";
     for (const guard_word& g : o.guard) EXPECT_EQ(g.violations, 77);
     const commit_outputs d = run_commit_case(*ex, c, false);
     const guard_word& g = d.guard[0];
@@ -198,10 +208,10 @@ namespace {
 TEST(CommitValidation, NamesTheFieldAndTheLimit) {
   auto ex = make_host_executor();
   const commit_case c = base();
-  std::vector<std::int32_t> out(64, commit_poison);
+  std::vector<std::int32_t> out(64, commit_poison), budget = c.budget;
   guard_word guard[commit_guard_count] = {};
   auto params = [&] {
-    commit_params p = commit_inputs(c);
+    commit_params p = commit_inputs(c, budget.data());
     p.finished = out.data();
     p.finished_capacity = c.bucket;
     p.guard = guard;
@@ -268,6 +278,7 @@ TEST(CommitValidation, NamesTheFieldAndTheLimit) {
     expect_invalid([&] { run_commit(*ex, p, true); }, r.field, r.detail);
     expect_invalid([&] { launch_commit(*ex, p); }, r.field, r.detail);
     for (const std::int32_t v : out) ASSERT_EQ(v, commit_poison);
+    EXPECT_EQ(budget, c.budget);
     EXPECT_EQ(guard[0].violations, 77);
     EXPECT_EQ(guard[1].violations, 77);
   }

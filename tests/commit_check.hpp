@@ -24,6 +24,22 @@ inline std::int64_t commit_row_width(const commit_case& c, int i) {
   return i == 0 ? static_cast<std::int64_t>(c.steps) * 2 : 1;
 }
 
+// The budget written in place, whatever the outputs' capacities: the reference's [B] cells
+// (m - emit on the real rows handled, the input junk on padding rows), the slack poisoned.
+inline void expect_commit_budget(const commit_case& c, const commit_outputs& o,
+                                 const commit_expect& e) {
+  if (!c.has_budget) {
+    ASSERT_TRUE(o.budget.empty());
+    return;
+  }
+  ASSERT_EQ(o.budget.size(), static_cast<std::size_t>(c.bucket + commit_slack));
+  ASSERT_EQ(e.budget.size(), static_cast<std::size_t>(c.bucket));
+  for (std::size_t k = 0; k < o.budget.size(); ++k) {
+    ASSERT_EQ(o.budget[k], k < e.budget.size() ? e.budget[k] : commit_poison)
+        << "max_new_tokens_left[" << k << "]";
+  }
+}
+
 inline void expect_commit_matches(const commit_case& c, const commit_outputs& o) {
   const commit_expect e = commit_reference(c);
   std::int64_t exact[commit_output_count];
@@ -53,6 +69,7 @@ inline void expect_commit_matches(const commit_case& c, const commit_outputs& o)
   }
   EXPECT_EQ(o.guard[1].violations, refused) << describe(o.guard[1]);
   EXPECT_EQ(o.guard[0].violations, 0) << describe(o.guard[0]);
+  expect_commit_budget(c, o, e);
 }
 
 // Applies row r's pairs (the library's kv_move cells) one at a time in increasing k to a fake

@@ -2,7 +2,10 @@
 // loops and no code shared with kernels/commit_row.hpp: the accepted path as a node list, the
 // window's slots as a list, the stop ids as a set. It takes only valid inputs (every real
 // request's contents in range) and returns every output cell the library must write at exact
-// capacity.
+// capacity, and the budget the commit leaves in place. One bad input is modelled, because
+// chained rounds reach it: a real request whose budget is below 1 (it finished by its budget in
+// an earlier round and was left in place) is refused, written as padding, its budget untouched
+// and its row listed in `refused`.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,10 @@ struct commit_case {
 
 struct commit_expect {
   std::vector<std::int64_t> kv_move, finished, emit_len, free_begin, free_end;
+  // The budget after the round ([B] when has_budget): m - emit on the real rows handled, the
+  // input cell (junk included) on padding and refused rows.
+  std::vector<std::int64_t> budget;
+  std::vector<std::int64_t> refused;  // real rows refused for a budget below 1, increasing
   // The accepted nodes n_0 .. n_c of each real row (empty for padding).
   std::vector<std::vector<std::int64_t>> path;
   // The window's slots V[0 .. D) of each real row (empty for padding).
@@ -48,9 +55,14 @@ inline commit_expect commit_reference(const commit_case& c) {
   e.free_end.assign(static_cast<std::size_t>(B), 0);
   e.path.resize(static_cast<std::size_t>(B));
   e.window.resize(static_cast<std::size_t>(B));
+  if (c.has_budget) e.budget.assign(c.budget.begin(), c.budget.end());
   const std::set<std::int64_t> stops(c.stop_ids.begin(), c.stop_ids.end());
   for (std::int64_t r = 0; r < c.real_batch; ++r) {
     const auto ru = static_cast<std::size_t>(r);
+    if (c.has_budget && c.budget[ru] < 1) {  // refused: a padding row, nothing written for it
+      e.refused.push_back(r);
+      continue;
+    }
     const std::int64_t accepted = c.accept_length[ru];  // c
     std::vector<std::int64_t>& path = e.path[ru];
     for (std::int64_t k = 0; k <= accepted; ++k) {
@@ -84,6 +96,7 @@ inline commit_expect commit_reference(const commit_case& c) {
     if (emit > m) emit = m;
     if (!stopped && a >= m) finished = true;
     e.emit_len[ru] = emit;
+    if (c.has_budget) e.budget[ru] = m - emit;  // what the request may still produce
     if (finished) {
       const std::int64_t owned = seq + (emit + 1 < a ? emit + 1 : a);
       std::int64_t page_end = owned;

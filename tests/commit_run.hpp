@@ -26,7 +26,18 @@ struct commit_outputs {
   std::vector<std::int32_t> cells[commit_output_count];
   std::int64_t capacity[commit_output_count] = {};
   std::vector<guard_word> guard;
+  // The budget the commit read and wrote in place (with a budget): the case's [B] cells, then
+  // commit_slack poisoned cells that must stay poisoned; empty without a budget.
+  std::vector<std::int32_t> budget;
 };
+
+// The budget buffer of a run: the case's cells and poisoned slack (empty without a budget).
+inline std::vector<std::int32_t> commit_budget_cells(const commit_case& c) {
+  if (!c.has_budget) return {};
+  std::vector<std::int32_t> b = c.budget;
+  b.insert(b.end(), static_cast<std::size_t>(commit_slack), commit_poison);
+  return b;
+}
 
 // The exact capacities of c's bucket, in output order.
 inline void commit_exact(const commit_case& c, std::int64_t* caps) {
@@ -35,8 +46,9 @@ inline void commit_exact(const commit_case& c, std::int64_t* caps) {
   caps[1] = caps[2] = caps[3] = caps[4] = B;
 }
 
-// The params over c's host vectors (outputs unset).
-inline commit_params commit_inputs(const commit_case& c) {
+// The params over c's host vectors (outputs unset); the budget, read and written in place, is
+// the caller's copy (`budget`, used when c.has_budget).
+inline commit_params commit_inputs(const commit_case& c, std::int32_t* budget) {
   commit_params p;
   p.accept_index = c.accept_index.data();
   p.accept_length = c.accept_length.data();
@@ -49,7 +61,7 @@ inline commit_params commit_inputs(const commit_case& c) {
   p.pool_rows = c.pool_rows;
   p.stop_token_count = static_cast<std::int32_t>(c.stop_ids.size());
   p.stop_token_ids = c.stop_ids.empty() && !c.stop_pointer ? nullptr : c.stop_ids.data();
-  p.max_new_tokens_left = c.has_budget ? c.budget.data() : nullptr;
+  p.max_new_tokens_left = c.has_budget ? budget : nullptr;
   p.batch = c.bucket;
   p.real_batch = c.real_batch;
   p.draft_tokens = c.nodes;
@@ -76,7 +88,8 @@ inline void run_commit_into(commit_outputs& o, executor& ex, const commit_case& 
   guard_word stale{};
   stale.violations = 77;  // a previous round's words: run_commit resets them
   o.guard.assign(commit_guard_count, stale);
-  commit_params p = commit_inputs(c);
+  o.budget = commit_budget_cells(c);
+  commit_params p = commit_inputs(c, o.budget.data());
   const std::int32_t word = word_value != nullptr ? *word_value : c.real_batch;
   if (device_word) {
     p.real_batch = c.bucket;
@@ -117,7 +130,7 @@ inline void run_commit_in_executor_memory(commit_outputs& o, executor& ex, const
                            accept_tokens = up(c.accept_tokens), seq_len = up(c.seq_len),
                            allocated_len = up(c.allocated_len), pool = up(c.req_pool_index),
                            req_to_token = up(c.req_to_token), stops = up(c.stop_ids),
-                           budget = up(c.budget), word = up(v32{c.real_batch});
+                           budget = up(commit_budget_cells(c)), word = up(v32{c.real_batch});
   std::vector<dvec<std::int32_t>> out;
   for (int i = 0; i < commit_output_count; ++i) {
     out.emplace_back(ex, static_cast<std::size_t>(caps[i] + commit_slack), commit_poison);
@@ -125,7 +138,7 @@ inline void run_commit_in_executor_memory(commit_outputs& o, executor& ex, const
   guard_word stale{};
   stale.violations = 77;
   dvec<guard_word> guard(ex, commit_guard_count, stale);
-  commit_params p = commit_inputs(c);
+  commit_params p = commit_inputs(c, budget.data());
   p.accept_index = accept_index.data();
   p.accept_length = accept_length.data();
   p.accept_tokens = accept_tokens.data();
@@ -134,7 +147,6 @@ inline void run_commit_in_executor_memory(commit_outputs& o, executor& ex, const
   p.req_pool_index = pool.data();
   p.req_to_token = req_to_token.data();
   if (p.stop_token_ids != nullptr) p.stop_token_ids = stops.data();
-  if (p.max_new_tokens_left != nullptr) p.max_new_tokens_left = budget.data();
   if (device_word) {
     p.real_batch = c.bucket;
     p.real_batch_at = word.data();
@@ -152,6 +164,7 @@ inline void run_commit_in_executor_memory(commit_outputs& o, executor& ex, const
   for (int i = 0; i < commit_output_count; ++i)
     o.cells[i] = out[static_cast<std::size_t>(i)].download();
   o.guard = guard.download();
+  o.budget = c.has_budget ? budget.download() : std::vector<std::int32_t>{};
 }
 
 // The reference's cells in output order.

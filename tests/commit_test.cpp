@@ -181,6 +181,15 @@ TEST(CommitExamples, E3PagedMove) {
     EXPECT_EQ(cells(o, 2, 1), (v32{2}));
     EXPECT_EQ(cells(o, 3, 1), (v32{12}));
     EXPECT_EQ(cells(o, 4, 1), (v32{24}));
+    EXPECT_EQ(o.budget[0], 0);  // 2 - emit 2: nothing left
+  }
+  // A budget of 5: not finished, 5 - 3 left.
+  c.budget = {5};
+  for (const bool twin : {true, false}) {
+    const commit_outputs o = run_commit_case(*ex, c, twin);
+    expect_commit_matches(c, o);
+    EXPECT_EQ(cells(o, 1, 1), (v32{0}));
+    EXPECT_EQ(o.budget[0], 2);
   }
 }
 
@@ -191,11 +200,14 @@ class CommitOnExecutor : public ExecutorTest {};
 TEST_P(CommitOnExecutor, E2InExecutorMemory) {
   commit_case c = e2();
   c.stop_ids = {30, 4};
+  c.has_budget = true;
+  c.budget = {7, -3};  // row 1 (padding): junk, never read nor written
   const commit_expect e = commit_reference(c);
   dvec<std::int32_t> accept_index(*ex, c.accept_index), accept_length(*ex, c.accept_length),
       accept_tokens(*ex, c.accept_tokens), seq_len(*ex, c.seq_len),
       allocated_len(*ex, c.allocated_len), pool_index(*ex, c.req_pool_index),
-      req_to_token(*ex, c.req_to_token), stops(*ex, c.stop_ids), word(*ex, v32{1});
+      req_to_token(*ex, c.req_to_token), stops(*ex, c.stop_ids), word(*ex, v32{1}),
+      budget(*ex, commit_budget_cells(c));
   std::int64_t caps[commit_output_count];
   commit_exact(c, caps);
   std::vector<dvec<std::int32_t>> out;
@@ -203,7 +215,7 @@ TEST_P(CommitOnExecutor, E2InExecutorMemory) {
     out.emplace_back(*ex, static_cast<std::size_t>(caps[i] + commit_slack), commit_poison);
   }
   dvec<guard_word> guard(*ex, commit_guard_count, guard_word{});
-  commit_params p = commit_inputs(c);
+  commit_params p = commit_inputs(c, budget.data());
   p.accept_index = accept_index.data();
   p.accept_length = accept_length.data();
   p.accept_tokens = accept_tokens.data();
@@ -237,6 +249,9 @@ TEST_P(CommitOnExecutor, E2InExecutorMemory) {
   EXPECT_EQ(e.emit_len[0], 3);
   EXPECT_EQ(e.free_begin[0], 9);
   EXPECT_EQ(e.free_end[0], 14);
+  // The budget in place: 7 - 3 on the real row, the padding row's junk and the slack untouched.
+  EXPECT_EQ(budget.download(),
+            (v32{4, -3, commit_poison, commit_poison, commit_poison, commit_poison}));
   for (const guard_word& g : guard.download()) EXPECT_EQ(g.violations, 0) << describe(g);
 }
 
@@ -248,8 +263,8 @@ SPECGRAPH_INSTANTIATE_EXECUTORS(CommitOnExecutor);
 TEST(CommitEdges, LengthsAtTheLimits) {
   const std::int32_t big = 0x7fffffff, seq = limits::max_context_len;
   const v32 index = {0, 1, 2, -1, 4, 5, -1, -1}, length = {2, 1}, tokens = {1, 2, 3, 0, 7, 9, 0, 0},
-            seq_len = {seq, seq}, allocated = {big, seq + 4}, pool = {0, 0}, one = {0},
-            budget = {big, 1};
+            seq_len = {seq, seq}, allocated = {big, seq + 4}, pool = {0, 0}, one = {0};
+  v32 budget;  // read and written in place: reset before each run
   v32 out[4];
   for (v32& o : out) o.assign(2 + commit_slack, commit_poison);
   guard_word guard[commit_guard_count] = {};
@@ -265,7 +280,6 @@ TEST(CommitEdges, LengthsAtTheLimits) {
   p.pool_rows = 1;
   p.stop_token_ids = &tokens[2];  // stop id 3: request 0's bonus
   p.stop_token_count = 1;
-  p.max_new_tokens_left = budget.data();
   p.batch = p.real_batch = 2;
   p.draft_tokens = 4;
   p.num_steps = 3;
@@ -282,6 +296,8 @@ TEST(CommitEdges, LengthsAtTheLimits) {
   auto ex = make_host_executor();
   for (const bool twin : {true, false}) {
     for (v32& o : out) o.assign(2 + commit_slack, commit_poison);
+    budget = {big, 1};
+    p.max_new_tokens_left = budget.data();
     run_commit(*ex, p, twin);
     ex->synchronize();
     const v32 tail(commit_slack, commit_poison);
@@ -292,6 +308,8 @@ TEST(CommitEdges, LengthsAtTheLimits) {
       EXPECT_EQ(v32(out[i].begin(), out[i].begin() + 2), want[i]) << i;
       EXPECT_EQ(v32(out[i].begin() + 2, out[i].end()), tail) << i;
     }
+    // The budgets left: 2^31 - 1 - 3 and 1 - 1.
+    EXPECT_EQ(budget, (v32{big - 3, 0}));
     for (const guard_word& g : guard) EXPECT_EQ(g.violations, 0) << describe(g);
   }
 }

@@ -1,12 +1,11 @@
-// Shared by the device-round tests (tests/device_round_test.cpp): the configurations, one
-// staged starting state (the engine's req_to_token, the ring, every row backed to
-// ceil_page(seq_len + R)), and the three ways to run K rounds from it: (a) the runtime's
-// device-round graph launched K times back to back, (b) host-driven (stage, run_round,
-// stage_verify, replay_verify, the library's host twins on a host copy of the arena,
-// stage_extend, replay_extend, restage), (c) the independent references chained on a mirror
-// (tests/round_chain.hpp) with the toy forwards' tree written on the host. Each returns the same
-// record: per round the accepted paths, lengths, bonus tokens and draft extend's inputs, then
-// the final state.
+// Shared by the device-round tests (tests/device_round_test.cpp): the configurations, and (c),
+// the independent references chained on a mirror (tests/round_chain.hpp) with the toy forwards'
+// tree written on the host, from the starting state of testing/device_round_start.hpp. (a) the
+// runtime's device-round graph launched K times back to back and (b) the host-driven rounds
+// (stage, run_round, stage_verify, replay_verify, the library's host twins on a host copy of the
+// arena, stage_extend, replay_extend, restage) are testing/device_round_driver.hpp's, shared with
+// the benchmark. Each returns the same record: per round the accepted paths, lengths, bonus
+// tokens and draft extend's inputs, then the final state.
 #pragma once
 
 #include <algorithm>
@@ -20,13 +19,12 @@
 #include "specgraph/plan.hpp"
 #include "specgraph/round_fields.hpp"
 #include "specgraph/runtime.hpp"
+#include "testing/device_round_start.hpp"
 #include "testing/round_forward.hpp"
 #include "tests/round_chain.hpp"
 #include "tests/test_support.hpp"
 
 namespace specgraph::testing {
-
-inline constexpr std::int32_t stop_id = 7;
 
 struct dr_config {
   const char* name;
@@ -56,94 +54,6 @@ inline draft_config dr_draft_config(const dr_config& d) {
   return c;
 }
 
-// The starting state: `real` rows on pool rows 1.. with random committed lengths, backed with
-// pages 1, 2, ... (junk -9 after); padded rows at seq_len 1 on pool row 0 (slots 0); the ring
-// holding `ring_rounds` rounds' worst case B * ceil(S / ps) pages.
-struct dr_start {
-  std::int32_t bucket = 4, real = 3;
-  std::vector<std::int32_t> seq_len, pool, allocated_len;  // [bucket]
-  std::vector<std::int32_t> req_to_token;                  // [pool_rows][W]
-  std::vector<std::int32_t> ring;
-  std::int64_t tail = 0;
-  std::int64_t width = 0;
-};
-
-inline dr_start make_start(const plan& p, std::int32_t real, std::int64_t ring_rounds,
-                           std::mt19937_64& rng) {
-  const draft_config& c = p.config;
-  dr_start s;
-  s.real = real;
-  s.bucket = real <= 2 ? 2 : 4;
-  const std::int64_t ps = c.page_size, W = c.max_context_len, R = p.layout.round.reserve;
-  s.width = W;
-  s.req_to_token.assign(static_cast<std::size_t>(c.pool_rows * W), -9);
-  // Pool row 0 is the padding rows' (SGLang's): slot 0 everywhere.
-  std::fill(s.req_to_token.begin(), s.req_to_token.begin() + W, 0);
-  std::int32_t next_page = 1;
-  for (std::int32_t r = 0; r < s.bucket; ++r) {
-    const bool is_real = r < real;
-    const std::int32_t seq = is_real ? 1 + static_cast<std::int32_t>(rng() % 20) : 1;
-    const std::int32_t row = is_real ? r + 1 : 0;
-    const std::int64_t alloc = is_real ? (seq + R + ps - 1) / ps * ps : 0;
-    for (std::int64_t q = 0; q < alloc; q += ps, ++next_page) {
-      for (std::int64_t o = 0; o < ps; ++o) {
-        s.req_to_token[static_cast<std::size_t>(row * W + q + o)] =
-            static_cast<std::int32_t>(next_page * ps + o);
-      }
-    }
-    s.seq_len.push_back(seq);
-    s.pool.push_back(row);
-    s.allocated_len.push_back(static_cast<std::int32_t>(alloc));
-  }
-  const std::int64_t per_round = s.bucket * ((c.num_steps + 1 + ps - 1) / ps);
-  s.ring.assign(static_cast<std::size_t>(per_round * ring_rounds + 1), -1);
-  for (; s.tail < per_round * ring_rounds; ++s.tail) {
-    s.ring[static_cast<std::size_t>(s.tail)] = next_page++;
-  }
-  return s;
-}
-
-// The first round's draft slots [real][topk][slot_stride]: as the next round would write them
-// when branches are not paged (page size 1 or topk 1: step j of branch t at position
-// seq_len + t * num_steps + j), so checked mode's layout checks hold; 0 otherwise.
-inline std::vector<std::int64_t> first_slots(const plan& p, const dr_start& s) {
-  const draft_config& c = p.config;
-  const std::int64_t k = c.topk, n = c.num_steps, stride = c.slot_stride;
-  std::vector<std::int64_t> out(static_cast<std::size_t>(s.real * k * stride), 0);
-  if (c.page_size > 1 && k > 1) return out;
-  for (std::int64_t r = 0; r < s.real; ++r) {
-    const std::int64_t row = s.pool[static_cast<std::size_t>(r)];
-    for (std::int64_t t = 0; t < k; ++t) {
-      for (std::int64_t j = 0; j < n; ++j) {
-        const std::int64_t pos = s.seq_len[static_cast<std::size_t>(r)] + t * n + j;
-        out[static_cast<std::size_t>((r * k + t) * stride + j)] =
-            s.req_to_token[static_cast<std::size_t>(row * s.width + pos)];
-      }
-    }
-  }
-  return out;
-}
-
-// What K rounds produced.
-struct dr_record {
-  // Per round: accept_index [B][S], accept_length, bonus, finished [B]; draft extend's
-  // accept_len and seq_len [B] (the verify round's, without the window).
-  std::vector<std::vector<std::int32_t>> accept_index, accept_length, bonus, finished;
-  std::vector<std::vector<std::int32_t>> extend_accept_len, extend_seq_len;
-  std::vector<std::int32_t> seq_len, allocated_len;  // [B] after the last round
-  std::vector<std::int64_t> out_cache_loc;           // [B][topk][slot_stride] the real rows'
-  std::vector<std::int32_t> req_to_token;
-  std::int64_t ring_head = 0;
-  std::int32_t stall = 0;
-  // (c) only: the round section's violations summed over the rounds, per word.
-  std::vector<std::int32_t> guard_total;
-};
-
-template <class T>
-std::vector<T> slice(const T* p, std::int64_t n) {
-  return std::vector<T>(p, p + n);
-}
-
 // (c): the references chained on a mirror of the arena; the tree from the toy forward's
 // functions (written on the host, as the forward writes it on the device).
 inline dr_record run_reference(const plan& p, const dr_start& s, std::int32_t rounds) {
@@ -156,13 +66,17 @@ inline dr_record run_reference(const plan& p, const dr_start& s, std::int32_t ro
   e.ring = s.ring;
   e.tail = s.tail;
   e.stop_ids = {stop_id};
-  e.budget = false;
+  e.budget = !s.budget.empty();
   e.real_batch = s.real;
   for (std::int64_t r = 0; r < B; ++r) {
     m.put<std::int32_t>(p.layout.seq_len, r, s.seq_len[static_cast<std::size_t>(r)]);
     m.put<std::int32_t>(p.layout.req_pool_index, r, s.pool[static_cast<std::size_t>(r)]);
     m.put<std::int32_t>(m.field(round_allocated_len), r,
                         s.allocated_len[static_cast<std::size_t>(r)]);
+    if (e.budget) {
+      m.put<std::int32_t>(m.field(round_max_new_tokens_left), r,
+                          s.budget[static_cast<std::size_t>(r)]);
+    }
   }
   dr_record out;
   out.guard_total.assign(round_guard_count, 0);
@@ -199,6 +113,7 @@ inline dr_record run_reference(const plan& p, const dr_start& s, std::int32_t ro
   out.req_to_token = e.req_to_token;
   out.ring_head = m.get<std::int64_t>(m.field(round_ring_head), 0);
   out.stall = m.get<std::int32_t>(m.field(round_stall), 0);
+  if (e.budget) out.tokens_left = m.i32s(m.field(round_max_new_tokens_left), B);
   return out;
 }
 
@@ -223,6 +138,7 @@ inline void expect_same(const dr_record& got, const dr_record& want, std::int32_
   EXPECT_EQ(got.req_to_token, want.req_to_token);
   EXPECT_EQ(got.ring_head, want.ring_head);
   EXPECT_EQ(got.stall, want.stall);
+  EXPECT_EQ(got.tokens_left, want.tokens_left);
 }
 
 }  // namespace specgraph::testing

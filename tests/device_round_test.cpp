@@ -18,7 +18,7 @@
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/runtime.hpp"
-#include "tests/device_round_rig.hpp"
+#include "testing/device_round_driver.hpp"
 #include "tests/device_round_run.hpp"
 #include "tests/engine_inputs_support.hpp"
 #include "tests/test_support.hpp"
@@ -65,6 +65,7 @@ TEST_P(DeviceRound, BackToBackLaunchesEqualTheHostDrivenRoundsAndTheReferences) 
       std::int64_t launches_b = 0;
       const dr_record got_b = b.run_host(K, &launches_b);
       EXPECT_GT(launches_b, K);
+      EXPECT_EQ(got_b.guard_violations, 0) << got_b.first_guard;
       expect_same(got_b, want, K, "(b) host-driven against the references");
       for (std::int32_t k = 0; k < K; ++k) {
         for (std::int32_t r = 0; r < real; ++r) {
@@ -79,6 +80,70 @@ TEST_P(DeviceRound, BackToBackLaunchesEqualTheHostDrivenRoundsAndTheReferences) 
   EXPECT_GT(zero_accepts, 0);
   EXPECT_GT(full_accepts, 0);
   EXPECT_GT(finished, 0);
+}
+
+// Budgets on (issue 31: the commit decrements max_new_tokens_left on the device): K launches
+// back to back with no host work equal the chained references, the budget carried round to
+// round in place. Rows finish by their budget after several rounds (a budget above one round's
+// most tokens, S = num_steps + 1, run down to 0); a finished row left in place is refused by the
+// commit in the later rounds (its budget 0: bad input, column -5), which the sticky summary
+// counts exactly as the references do; padded rows' junk budgets stay untouched.
+TEST_P(DeviceRound, BudgetsRunDownOnTheDeviceUntilRowsFinish) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::int64_t by_budget = 0, refused = 0, left_over = 0;
+  for (const dr_config& d : dr_configs) {
+    SCOPED_TRACE(d.name);
+    const draft_config cfg = dr_draft_config(d);
+    const plan p = make_plan(cfg);
+    const std::int32_t S = cfg.num_steps + 1;
+    for (int i = 0; i < property_cases(12); ++i) {
+      const std::int32_t real = 1 + static_cast<std::int32_t>(i % 4);
+      SCOPED_TRACE("case " + std::to_string(i) + ", real batch " + std::to_string(real));
+      dr_start s = make_start(p, real, K, rng);
+      for (std::int32_t r = 0; r < s.bucket; ++r) {
+        // Real rows: 1 .. 3 rounds' worth of tokens; padding: junk, never read nor written.
+        s.budget.push_back(r < real ? 1 + static_cast<std::int32_t>(rng() % (3 * S))
+                                    : -4 - static_cast<std::int32_t>(rng() % 3));
+      }
+      const dr_record want = run_reference(p, s, K);
+      dr_rig a(*ex, cfg, s);
+      executor_counters during;
+      const dr_record got = a.run_device(K, i % 3, &during);
+      EXPECT_EQ(during.graph_launches, K);
+      EXPECT_EQ(during.synchronizations, 0);
+      EXPECT_EQ(during.copies_to_host, 0);
+      expect_same(got, want, K, "(a) device rounds with budgets against the references");
+      const std::vector<guard_word> g = a.rt.read_round_guards();
+      for (std::int32_t w = 0; w < round_guard_count; ++w) {
+        EXPECT_EQ(g[static_cast<std::size_t>(p.layout.round.guard_base + w)].violations,
+                  want.guard_total[static_cast<std::size_t>(w)])
+            << guard_site_of(p, p.layout.round.guard_base + w).buffer;
+      }
+      const guard_word& commit = g[static_cast<std::size_t>(p.layout.round.guard_base + 2)];
+      if (commit.violations > 0) {
+        EXPECT_EQ(commit.column, -5) << describe(commit);
+      }
+      refused += want.guard_total[round_guard_commit];
+      ASSERT_EQ(want.tokens_left.size(), static_cast<std::size_t>(s.bucket));
+      for (std::int32_t r = 0; r < s.bucket; ++r) {
+        const std::int32_t left = want.tokens_left[static_cast<std::size_t>(r)];
+        const std::int32_t start = s.budget[static_cast<std::size_t>(r)];
+        if (r >= real) {
+          EXPECT_EQ(left, start) << "padded row " << r;
+          continue;
+        }
+        EXPECT_GE(left, 0) << r;
+        EXPECT_LE(left, start) << r;
+        by_budget += left == 0 && start > S;  // needed more than one round
+        left_over += left > 0;
+      }
+    }
+  }
+  EXPECT_GT(by_budget, 0) << "no row ran its budget down over several rounds";
+  EXPECT_GT(refused, 0) << "no finished row was left in place";
+  EXPECT_GT(left_over, 0);
 }
 
 // A ring holding one round's worst case: a later round runs short and stalls (every row built

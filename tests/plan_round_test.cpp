@@ -28,7 +28,6 @@ draft_config random_config(std::mt19937_64& rng) {
   c.num_steps = 1 + static_cast<std::int32_t>(rng() % 6);
   const std::int32_t sizes[] = {1, 2, 4, 16, 64};
   c.page_size = sizes[rng() % 5];
-  c.max_context_len = 1 + static_cast<std::int32_t>(rng() % 3000);
   c.pool_rows = c.max_batch + 1;
   c.kv_slots = std::int64_t{1} << 22;
   c.formats = static_cast<metadata_formats>(rng() % 3);
@@ -38,6 +37,18 @@ draft_config random_config(std::mt19937_64& rng) {
   c.round_on_device = true;
   c.round_reserve = rng() % 3 == 0 ? static_cast<std::int32_t>(rng() % 5000) : -1;
   c.max_stop_tokens = static_cast<std::int32_t>(rng() % 5);
+  // Rows that hold the reserve past at least one committed token (ceil_page(1 + R), counted in
+  // pages), and up to 3000 more; M derived, or one in [1, the largest that fits].
+  const std::int64_t ps = c.page_size,
+                     r = c.round_reserve >= 0
+                             ? c.round_reserve
+                             : nr_reserve_formula(c.topk, c.num_steps, c.verify_tokens, ps);
+  std::int64_t need = 1 + r;
+  while (need % ps != 0) ++need;
+  c.max_context_len = static_cast<std::int32_t>(need + static_cast<std::int64_t>(rng() % 3000));
+  std::int64_t fit = c.max_context_len;  // the largest M: ceil_page(M + R) <= max_context_len
+  while ((fit + r + ps - 1) / ps * ps > c.max_context_len) --fit;
+  if (rng() % 3 == 0) c.round_max_seq_len = 1 + static_cast<std::int32_t>(rng() % fit);
   return c;
 }
 
@@ -64,6 +75,10 @@ TEST(PlanRound, EveryRoundBufferHasTheFormulasSize) {
     // The reserve: the spec's R1 (5.1, written out in the test's reference) unless given.
     const std::int64_t r1 = nr_reserve_formula(K, N, D, ps);
     ASSERT_EQ(s.reserve, c.round_reserve >= 0 ? c.round_reserve : r1);
+    // M: the one given, else the largest whose allocation the narrowest row holds.
+    std::int64_t m = c.max_context_len;
+    while ((m + s.reserve + ps - 1) / ps * ps > c.max_context_len) --m;
+    ASSERT_EQ(s.max_seq_len, c.round_max_seq_len >= 0 ? c.round_max_seq_len : m);
     // name -> (elements, bytes per element), from the spec's section 8, not from plan_round.cpp.
     struct row {
       const char* name;
@@ -206,15 +221,15 @@ TEST(PlanRound, TheReportShowsTheSectionAgainstSGLangsSizes) {
   const std::size_t bytes = 4 * 36485 + 8 * 2179;
   EXPECT_EQ(p.layout.round.reserve, 512);
   const std::string line = p.round_report_line();
-  EXPECT_EQ(line,
-            "round section (D = 32, S = 6, bucket 64, reserve 512): " + std::to_string(bytes) +
-                " bytes in 26 buffers, " + std::to_string(p.our_round_bytes) +
-                " with their alignment; kv move pairs 64 x 5 = 320 (SGLang 64 x 6 = 384); "
-                "standing reserve 512 positions per request (SGLang 2 x 512 = 1024); ring "
-                "pages per round 64 x 1\n");
+  EXPECT_EQ(line, "round section (D = 32, S = 6, bucket 64, reserve 512, max seq_len 3584): " +
+                      std::to_string(bytes) + " bytes in 26 buffers, " +
+                      std::to_string(p.our_round_bytes) +
+                      " with their alignment; kv move pairs 64 x 5 = 320 (SGLang 64 x 6 = 384); "
+                      "standing reserve 512 positions per request (SGLang 2 x 512 = 1024); ring "
+                      "pages per round 64 x 1\n");
   EXPECT_NE(p.report_text().find(line), std::string::npos);
   EXPECT_NE(p.report_json().find("\"round\":{\"draft_tokens\":32,\"reserve\":512,"
-                                 "\"stop_capacity\":4,\"bytes\":" +
+                                 "\"max_seq_len\":3584,\"stop_capacity\":4,\"bytes\":" +
                                  std::to_string(p.our_round_bytes) +
                                  ",\"kv_move_pairs\":320,\"engine_kv_move_pairs\":384,"
                                  "\"reserve_per_request\":512,\"engine_reserve_per_request\":1024,"
@@ -231,6 +246,7 @@ TEST(PlanRound, TheReportShowsTheSectionAgainstSGLangsSizes) {
   given.round_reserve = 700;
   const plan g = make_plan(given);
   EXPECT_EQ(g.layout.round.reserve, 700);
+  EXPECT_EQ(g.layout.round.max_seq_len, 4096 - 700);  // rows of 4096 hold 3396 + 700
   EXPECT_EQ(g.round_reserve_per_request, 700);
   EXPECT_EQ(g.engine_reserve_per_request, 1024);
 }
@@ -249,8 +265,16 @@ TEST(PlanRound, TheConfigurationIsRefusedByName) {
   expect_refused(c, "round_reserve", "-2 is outside [0, 2^28]");
   c.round_reserve = (1 << 28) + 1;
   expect_refused(c, "round_reserve", "268435457 is outside [0, 2^28]");
+  // 2^28 is in range but the rows (4096 wide) cannot hold it: refused by name
+  // (tests/plan_round_rows_test.cpp has the exact boundary, 2^28 included at rows of 2^28).
   c.round_reserve = 1 << 28;
-  EXPECT_EQ(make_plan(c).layout.round.reserve, 1 << 28);
+  expect_refused(c, "round_reserve",
+                 "268435456: the reserve alone does not fit the rows: a request at committed "
+                 "length 1 allocates up to ceil_page(1 + R) = 268435520 positions, past "
+                 "max_context_len 4096");
+  c.round_reserve = 4095;  // the largest these rows hold: M = 1, ceil_page(1 + 4095) = 4096
+  EXPECT_EQ(make_plan(c).layout.round.reserve, 4095);
+  EXPECT_EQ(make_plan(c).layout.round.max_seq_len, 1);
   c = report_config();
   c.max_stop_tokens = -1;
   expect_refused(c, "max_stop_tokens", "-1");

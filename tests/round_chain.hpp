@@ -3,7 +3,8 @@
 // (accept_reference.hpp, commit_reference.hpp, next_round_reference.hpp) applied to it: inputs
 // read from the mirror (the staged seq_len and req_pool_index, the section's state), outputs
 // written into it at the section's offsets, the in-place state (staged seq_len, out_cache_loc,
-// allocated_len, ring head, stall) and the engine's req_to_token carried to the next round.
+// allocated_len, the budget, ring head, stall) and the engine's req_to_token carried to the next
+// round.
 // Nothing here calls the library's kernels or helpers; offsets come from the plan's layout.
 #pragma once
 
@@ -117,8 +118,17 @@ inline round_guards chain_round(round_mirror& m, round_engine& e, std::int32_t b
   m.put_all(m.field(round_emit_len), ke.emit_len);
   m.put_all(m.field(round_free_begin), ke.free_begin);
   m.put_all(m.field(round_free_end), ke.free_end);
+  // The budget the commit leaves in place, carried to the next round; a real row whose budget
+  // ran out in an earlier round is refused as bad input (guard word commit input, column -5).
+  if (e.budget) m.put_all(m.field(round_max_new_tokens_left), ke.budget);
 
-  return chain_next_round(m, e, bucket);
+  round_guards g = chain_next_round(m, e, bucket);
+  g.violations[round_guard_commit] = static_cast<std::int32_t>(ke.refused.size());
+  if (!ke.refused.empty()) {
+    g.row[round_guard_commit] = static_cast<std::int32_t>(ke.refused.front());
+    g.column[round_guard_commit] = -5;
+  }
+  return g;
 }
 
 // The next round alone over the mirror (after a stall, the engine reruns it): reads

@@ -18,6 +18,7 @@
 #include "specgraph/error.hpp"
 #include "specgraph/executor.hpp"
 #include "specgraph/forwarding_executor.hpp"
+#include "testing/dvec.hpp"
 
 namespace specgraph::testing {
 
@@ -74,29 +75,6 @@ inline void expect_invalid(const std::function<void()>& call, const std::string&
     EXPECT_NE(std::string(e.what()).find(detail), std::string::npos) << e.what();
   }
 }
-
-// A typed buffer in executor memory with host upload/download.
-template <class T>
-class dvec {
- public:
-  dvec(executor& ex, const std::vector<T>& host)
-      : ex_(&ex), n_(host.size()), buf_(ex, std::max<std::size_t>(1, host.size()) * sizeof(T)) {
-    if (n_ > 0) ex.copy_to_device(buf_.data(), host.data(), n_ * sizeof(T));
-  }
-  dvec(executor& ex, std::size_t n, T fill) : dvec(ex, std::vector<T>(n, fill)) {}
-  T* data() const { return buf_.as<T>(); }
-  std::size_t size() const { return n_; }
-  std::vector<T> download() const {
-    std::vector<T> out(n_);
-    if (n_ > 0) ex_->copy_to_host(out.data(), buf_.data(), n_ * sizeof(T));
-    return out;
-  }
-
- private:
-  executor* ex_;
-  std::size_t n_;
-  device_buffer buf_;
-};
 
 // Marks which bytes of each allocation a fill or a copy has written.
 class write_tracking_executor final : public forwarding_executor {

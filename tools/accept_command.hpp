@@ -35,6 +35,10 @@ struct accept_round {
       select_index;
   // Commit.
   std::vector<std::int32_t> kv_move, finished, emit_len, free_begin, free_end;
+  // The budget after the commit (it decrements max_new_tokens_left in place: m - emit_len on
+  // real rows, padded rows as given); [bs] when has_budget, else one unused cell. Not printed:
+  // the spec's output object fixes its fields (docs/round-cli.md).
+  std::vector<std::int32_t> max_new_tokens_left;
   // Next round: req_to_token and allocated_len after the allocation, the ring's head.
   std::vector<std::int32_t> req_to_token, allocated_len;
   std::int64_t ring_head = 0, ring_tail = 0;

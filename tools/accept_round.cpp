@@ -78,7 +78,9 @@ accept_round run_accept_round(const accept_case& c) {
   m.pool_rows = c.pool_rows;
   m.stop_token_ids = c.stop_token_ids.empty() ? nullptr : c.stop_token_ids.data();
   m.stop_token_count = static_cast<std::int32_t>(c.stop_token_ids.size());
-  m.max_new_tokens_left = c.has_budget && bs > 0 ? c.max_new_tokens_left.data() : nullptr;
+  // The commit writes the budget back in place: a copy, so the case stays as read.
+  o.max_new_tokens_left = c.has_budget && bs > 0 ? c.max_new_tokens_left : cells<std::int32_t>(1);
+  m.max_new_tokens_left = c.has_budget && bs > 0 ? o.max_new_tokens_left.data() : nullptr;
   m.batch = c.batch;
   m.real_batch = c.real_batch;
   m.draft_tokens = c.draft_tokens;

@@ -39,6 +39,9 @@ constexpr const char* plan_usage =
     "                        SGLang's sizes (docs/round-graphs.md)\n"
     "  --round-reserve R     positions kept allocated past the committed length (default: R1,\n"
     "                        next_round_reserve)\n"
+    "  --round-max-seq-len M the largest committed seq_len a request reaches (default: the\n"
+    "                        largest M with ceil_page(M + R) <= --max-context); refused when\n"
+    "                        ceil_page(M + R) > --max-context\n"
     "  --stop-tokens N       stop token ids the round section holds (default 0)\n"
     "  --json [FILE]         the plan as JSON instead of a table: to stdout, or written to FILE\n"
     "                        (as run --json FILE; --json - or a following flag: stdout)\n"
@@ -69,20 +72,22 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
   std::optional<std::int32_t> pool_rows;      // absent: the default, max_batch + 1
   std::optional<std::int32_t> verify_tokens;  // --verify-tokens: the verify section and line
   // draft_config field names, for errors raised by validate(): reported as the flag.
-  const std::pair<const char*, const char*> flag_of[] = {{"max_batch", "--max-batch"},
-                                                         {"topk", "--topk"},
-                                                         {"num_steps", "--steps"},
-                                                         {"slot_stride", "--slot-stride"},
-                                                         {"page_size", "--page-size"},
-                                                         {"max_context_len", "--max-context"},
-                                                         {"pool_rows", "--pool-rows"},
-                                                         {"kv_slots", "--kv-slots"},
-                                                         {"buckets", "--buckets"},
-                                                         {"verify_tokens", "--verify-tokens"},
-                                                         {"draft_extend", "--extend"},
-                                                         {"round_on_device", "--round"},
-                                                         {"round_reserve", "--round-reserve"},
-                                                         {"max_stop_tokens", "--stop-tokens"}};
+  const std::pair<const char*, const char*> flag_of[] = {
+      {"max_batch", "--max-batch"},
+      {"topk", "--topk"},
+      {"num_steps", "--steps"},
+      {"slot_stride", "--slot-stride"},
+      {"page_size", "--page-size"},
+      {"max_context_len", "--max-context"},
+      {"pool_rows", "--pool-rows"},
+      {"kv_slots", "--kv-slots"},
+      {"buckets", "--buckets"},
+      {"verify_tokens", "--verify-tokens"},
+      {"draft_extend", "--extend"},
+      {"round_on_device", "--round"},
+      {"round_reserve", "--round-reserve"},
+      {"round_max_seq_len", "--round-max-seq-len"},
+      {"max_stop_tokens", "--stop-tokens"}};
   try {
     for (std::size_t i = 0; i < args.size(); ++i) {
       const std::string& flag = args[i];
@@ -137,6 +142,8 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out, std::o
         pool_rows = int32();
       } else if (flag == "--round-reserve") {
         c.round_reserve = int32();
+      } else if (flag == "--round-max-seq-len") {
+        c.round_max_seq_len = int32();
       } else if (flag == "--stop-tokens") {
         c.max_stop_tokens = int32();
       } else if (flag == "--kv-slots") {

@@ -48,9 +48,14 @@ struct commit_params {
   // the request after it. null with count 0: no stop tokens.
   const std::int32_t* stop_token_ids = nullptr;
   std::int32_t stop_token_count = 0;  // [0, max_stop_tokens]
-  // Optional, [batch]: tokens the request may still produce, >= 1 on real rows; the round's
-  // tokens past it are cut and the request finishes. null: no budget.
-  const std::int32_t* max_new_tokens_left = nullptr;
+  // Optional, [batch], read and written in place: tokens the request may still produce, >= 1
+  // on real rows; the round's tokens past it are cut and the request finishes. The commit
+  // writes back what is left after the round, max_new_tokens_left[r] - emit_len[r] (>= 0, since
+  // emit_len <= the budget): 0 for a request that finished by its budget, what the client could
+  // still have had for one that stopped on a stop token. Written for every real row the commit
+  // handles, whatever outputs are set or cut short; a padding row and a real row refused as bad
+  // input (its budget below 1 included) keep their cell untouched. null: no budget.
+  std::int32_t* max_new_tokens_left = nullptr;
 
   std::int32_t batch = 0;       // B, [0, limits::max_batch]
   std::int32_t real_batch = 0;  // [0, batch]

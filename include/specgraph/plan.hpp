@@ -105,6 +105,13 @@ struct draft_config {
   // R, positions kept allocated past the committed length (next_round_params::reserve):
   // -1 = next_round_reserve(topk, num_steps, verify_tokens, page_size), else [0, 2^28].
   std::int32_t round_reserve = -1;
+  // M, the largest committed seq_len a request may reach (the engine's context limit): a round
+  // at seq_len' <= M allocates up to ceil_page(M + R), which every req_to_token row (at least
+  // max_context_len wide) must hold. -1 = derived: the largest M with ceil_page(M + R) <=
+  // max_context_len (refused, naming round_reserve, when that M is below 1: the reserve alone
+  // does not fit). Else [1, 2^28], refused (round_max_seq_len) when ceil_page(M + R) >
+  // max_context_len. Resolved in plan_layout::round.max_seq_len.
+  std::int32_t round_max_seq_len = -1;
   // Stop token ids the round section holds, [0, max_stop_tokens] (commit_metadata.hpp).
   std::int32_t max_stop_tokens = 0;
 };
@@ -259,9 +266,10 @@ struct plan_layout {
   // back into them. Guard words guard_base .. guard_base + round_guard_count - 1 (acceptance 2,
   // commit 2, next round 3).
   struct round_section {
-    std::int32_t draft_tokens = 0;              // D; 0: no section (everything below is 0)
-    std::int32_t reserve = 0;                   // R, resolved (config.round_reserve or the default)
-    std::int32_t stop_capacity = 0;             // config.max_stop_tokens
+    std::int32_t draft_tokens = 0;   // D; 0: no section (everything below is 0)
+    std::int32_t reserve = 0;        // R, resolved (config.round_reserve or the default)
+    std::int32_t max_seq_len = 0;    // M, resolved (config.round_max_seq_len or the derived one)
+    std::int32_t stop_capacity = 0;  // config.max_stop_tokens
     std::size_t field[round_field_count] = {};  // by round_field_names index
     std::size_t begin = 0, end = 0;             // the section's bytes: [begin, end)
     std::int32_t guard_base = 0;

@@ -45,7 +45,8 @@ struct after_verify_inputs {
   // Stop token ids in use: the first stop_token_count of round_view::stop_token_ids, in
   // [0, the plan's max_stop_tokens].
   std::int32_t stop_token_count = 0;
-  // false: no length budget (round_view::max_new_tokens_left is not read).
+  // false: no length budget (round_view::max_new_tokens_left is not read). true: the commit
+  // reads it and writes it back in place, each real row's budget run down by its emit_len.
   bool budget = true;
 };
 

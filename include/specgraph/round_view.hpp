@@ -22,7 +22,9 @@ namespace specgraph {
 // committed length before the round), commit/next req_pool_index the staged req_pool_index;
 // next.seq_len writes seq_len' back into that same staged seq_len and next.draft_out_cache_loc
 // into the staged out_cache_loc (draft_slot_stride = the plan's slot_stride), so the draft round
-// that follows reads them with no host staging. allocated_len is read and written in place.
+// that follows reads them with no host staging. allocated_len is read and written in place (by
+// the next round), and so is max_new_tokens_left (by the commit: each real row's budget run down
+// by its emit_len, when after_verify_inputs::budget is set).
 struct round_view {
   std::int32_t bucket = 0;
   std::int32_t max_context_len = 0;  // the plan's (req_to_token's narrowest row)

@@ -23,10 +23,10 @@ def make_plan(max_batch: int, topk: int, num_steps: int, page_size: int, max_con
               vertical_size: Sequence[int], slash_size: Sequence[int],
               sparse_max_keys: int, formats: int, csr_int64: bool, slot_stride: int,
               verify_tokens: int, draft_extend: bool, round_on_device: bool,
-              round_reserve: int, max_stop_tokens: int) -> Plan:
+              round_reserve: int, round_max_seq_len: int, max_stop_tokens: int) -> Plan:
     """formats: 0 fa3, 1 csr, 2 both; slot_stride 0: num_steps; verify_tokens 0: none;
     draft_extend: the draft-extend section, round_on_device: the round section (both need
-    verify_tokens); round_reserve -1: the default R."""
+    verify_tokens); round_reserve -1: the default R; round_max_seq_len -1: the derived M."""
 def default_buckets(max_batch: int) -> List[int]: ...
 def bucket_for(plan: Plan, batch: int) -> int: ...
 def round_bucket(plan: Plan, batch: int, bucket: int) -> int: ...

@@ -105,11 +105,17 @@ class DraftConfig:
     round_reserve: int = -1
     # Stop token ids the round section holds, [0, 1024] (the C++ max_stop_tokens).
     max_stop_tokens: int = 0
+    # M, the largest committed seq_len a request may reach (the engine's context limit): every
+    # req_to_token row must hold ceil_page(M + R). -1 (default) = the largest M with
+    # ceil_page(M + R) <= max_context_len (refused, naming round_reserve, when below 1), else
+    # [1, 2^28], refused (InvalidArgument "round_max_seq_len") when ceil_page(M + R) >
+    # max_context_len. The resolved M: plan.layout["round"]["max_seq_len"] (the C++ plan's).
+    round_max_seq_len: int = -1
 
     def __post_init__(self) -> None:
         for f in ("max_batch", "topk", "num_steps", "page_size", "max_context_len", "pool_rows",
                   "kv_slots", "slot_stride", "verify_tokens", "round_reserve",
-                  "max_stop_tokens"):
+                  "max_stop_tokens", "round_max_seq_len"):
             object.__setattr__(self, f, _int(f, getattr(self, f)))
         object.__setattr__(self, "buckets", _ints("buckets", self.buckets))
         for f in ("checked", "round_graphs", "device_steps", "device_depth", "csr_int64",
@@ -140,7 +146,7 @@ class DraftConfig:
             list(s.vertical_size) if s else [], list(s.slash_size) if s else [],
             s.max_keys if s else 0, FORMATS.index(self.formats), self.csr_int64,
             self.slot_stride, self.verify_tokens, self.draft_extend, self.round_on_device,
-            self.round_reserve, self.max_stop_tokens)
+            self.round_reserve, self.round_max_seq_len, self.max_stop_tokens)
 
     @property
     def has_csr(self) -> bool:

@@ -48,7 +48,8 @@ class RoundView(NamedTuple):
     parent: Any
     draft_token: Any
     target_predict: Any
-    # Per-row state: int32 [bucket] (allocated_len read and written by the op).
+    # Per-row state: int32 [bucket], read and written by the op (allocated_len by the next
+    # round; max_new_tokens_left run down by emit_len by the commit when budget=True).
     allocated_len: Any
     max_new_tokens_left: Any
     stop_token_ids: Optional[Any]  # int32 [stop_capacity]; None when the capacity is 0
@@ -134,11 +135,12 @@ def after_verify_(bufs: Buffers, bucket: int, req_to_token: Any, ring: Any, ring
     pages sets the stall word and builds every row as padding. real_batch: None (the staged
     real-batch word, read on the device), else an int in [0, bucket] the launch bakes in.
     stop_token_count: the first ids of round_view(...).stop_token_ids in use. budget: False
-    ignores max_new_tokens_left. part: "all" (the guard reset, acceptance, the commit and the
-    next round), "accept_commit" (the guard reset, acceptance and the commit) or "next" (the
-    next round only); accept_commit then next is all, cell by cell, with room for draft extend
-    in between (it reads the staged seq_len, which the next round overwrites). The names are
-    C++'s (after_verify_part_of), which refuses any other. Refusals (InvalidArgument naming the
+    ignores max_new_tokens_left; True runs it down in place by each real row's emit_len.
+    part: "all" (the guard reset, acceptance, the commit and the next round), "accept_commit"
+    (the guard reset, acceptance and the commit) or "next" (the next round only);
+    accept_commit then next is all, cell by cell, with room for draft extend in between (it
+    reads the staged seq_len, which the next round overwrites). The names are C++'s
+    (after_verify_part_of), which refuses any other. Refusals (InvalidArgument naming the
     field, nothing written): "round_on_device" (no section), "bucket", "req_to_token", "ring",
     "ring_tail", "ring_capacity", "real_batch", "stop_token_count", "part". Current stream; no
     sync; no allocation; capture-safe. With a torch arena: torch.ops.specgraph.after_verify_.

@@ -43,7 +43,8 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
                    ffi::Array<std::int64_t> slash_size, std::int64_t sparse_max_keys,
                    std::int64_t formats, bool csr_int64, std::int64_t slot_stride,
                    std::int64_t verify_tokens, bool draft_extend, bool round_on_device,
-                   std::int64_t round_reserve, std::int64_t max_stop_tokens) {
+                   std::int64_t round_reserve, std::int64_t round_max_seq_len,
+                   std::int64_t max_stop_tokens) {
   draft_config c;
   c.max_batch = int32_arg("max_batch", max_batch);
   c.topk = int32_arg("topk", topk);
@@ -64,8 +65,9 @@ plan_ref make_plan(std::int64_t max_batch, std::int64_t topk, std::int64_t num_s
   c.verify_tokens = int32_arg("verify_tokens", verify_tokens);  // 0: no verify section
   c.draft_extend = draft_extend;        // with verify_tokens: the draft-extend section
   c.round_on_device = round_on_device;  // with verify_tokens: the round section
-  c.round_reserve = int32_arg("round_reserve", round_reserve);        // -1: the default R
-  c.max_stop_tokens = int32_arg("max_stop_tokens", max_stop_tokens);  // ranges: validate()'s
+  c.round_reserve = int32_arg("round_reserve", round_reserve);              // -1: the default R
+  c.round_max_seq_len = int32_arg("round_max_seq_len", round_max_seq_len);  // -1: derived M
+  c.max_stop_tokens = int32_arg("max_stop_tokens", max_stop_tokens);        // ranges: validate()'s
   if (sparse_heads != 0) {
     sparse_config s;
     s.heads = int32_arg("sparse.heads", sparse_heads);
@@ -133,8 +135,9 @@ ffi_map extend_info(const plan& p) {
 // The round section as Python's round_view reads it (empty without one): per planned bucket,
 // one [name, byte offset, dims, dtype] per field of the bucket's exact shape
 // (round_field_shape_of, the shapes draft_buffers::round gives its view; a field with no
-// elements, stop_token_ids at max_stop_tokens 0, is left out), then D, R (resolved), the stop
-// capacity and the section's guard words.
+// elements, stop_token_ids at max_stop_tokens 0, is left out), then D, R and M (resolved: the
+// largest committed seq_len the rows hold with the reserve), the stop capacity and the section's
+// guard words.
 ffi_map round_info(const plan& p) {
   const plan_layout::round_section& r = p.layout.round;
   if (!r.enabled()) return ffi_map{};
@@ -156,6 +159,7 @@ ffi_map round_info(const plan& p) {
   return ffi_map{{"buckets", buckets},
                  {"draft_tokens", static_cast<std::int64_t>(r.draft_tokens)},
                  {"reserve", static_cast<std::int64_t>(r.reserve)},
+                 {"max_seq_len", static_cast<std::int64_t>(r.max_seq_len)},
                  {"stop_capacity", static_cast<std::int64_t>(r.stop_capacity)},
                  {"guard_base", static_cast<std::int64_t>(r.guard_base)},
                  {"guard_count", static_cast<std::int64_t>(round_guard_count)}};

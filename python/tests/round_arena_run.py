@@ -216,6 +216,12 @@ class Engine:
         eq("select_index", v.select_index, want["extend"]["select_index"])
         eq("finished", v.finished, [int(f) for f in want["finished"]])
         eq("emit_len", v.emit_len, want["emit_len"])
+        if "max_new_tokens_left" in d:
+            # The commit writes the budget back in place: m - emit_len on the real rows, the
+            # padded rows' cells untouched (no real row here starts below 1).
+            left, real = d["max_new_tokens_left"], d["real_batch"]
+            eq("max_new_tokens_left", v.max_new_tokens_left,
+               [left[r] - want["emit_len"][r] if r < real else left[r] for r in range(b)])
         fb, fe = h(v.free_begin).tolist(), h(v.free_end).tolist()
         for r in range(b):
             if want["finished"][r]:
@@ -259,10 +265,12 @@ class Engine:
         # Every byte outside what the op may write is as it was (the bucket's rows of each
         # output past its shape, the larger buckets' rows, the rest of the arena).
         may = np.zeros(after.size, bool)
+        unwritten = ("parent", "draft_token", "target_predict", "stop_token_ids", "req_pool_index")
+        if "max_new_tokens_left" not in d:
+            unwritten += ("max_new_tokens_left",)  # budget=False: not even read
         for f in v._fields:
             t = getattr(v, f)
-            if f in ("parent", "draft_token", "target_predict", "max_new_tokens_left",
-                     "stop_token_ids", "req_pool_index") or not hasattr(t, "shape"):
+            if f in unwritten or not hasattr(t, "shape"):
                 continue
             start = self.offset(t)
             may[start: start + h(t).nbytes] = True

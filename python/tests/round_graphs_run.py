@@ -83,7 +83,7 @@ class Case:
                 p = rng.choice(open_) if open_ and rng.random() > 0.1 else -1
                 self.parent[r, i] = p
                 depth[i] = depth[p] + 1 if p >= 0 else c.num_steps + 1
-        self.left = [rng.choice([1, 2, 3, 50]) for _ in range(4)]
+        self.left = [rng.choice([3, 6, 12, 60]) for _ in range(4)]
         self.stops = [TOKENS + 1, 1]  # the first never drafted, the second often
         self.stop_count = rng.randint(0, 2)
         self.budget = rng.random() < 0.5
@@ -206,23 +206,32 @@ class Side:
         v = round_view(self.bufs, b)
         ns = self.case.plan.config.num_steps
         return dict(seq_len=v.seq_len.cpu().tolist(), allocated_len=v.allocated_len.cpu().tolist(),
+                    left=v.max_new_tokens_left.cpu().tolist(),
                     req_to_token=self.rtt.cpu().tolist(), ring_head=int(v.ring_head[0]),
                     stall=int(v.stall[0]), slots=v.out_cache_loc[:, :, :ns].cpu().tolist(),
                     finished=v.finished.cpu().tolist(), bonus=v.bonus.cpu().tolist())
 
 
 def reference(case: Case, k: int) -> Dict[str, Any]:
-    """(c): the independent reference chained over k rounds on host lists."""
+    """(c): the independent reference chained over k rounds on host lists, or fewer: with the
+    budget, the rounds before a real row would enter one with no budget left (the spec's
+    precondition max_new_tokens_left >= 1: an engine's host steps in when a request finishes
+    on its budget; the commit records such a row as bad input). "rounds": how many ran."""
     c, b, real = case.plan.config, case.bucket, case.real
     seq = case.seq + [1] * (b - real)
     pool = case.pool + [0] * (b - real)
     al = case.al + [0] * (b - real)
     rtt = case.rtt.copy()
     head = 0
+    left = list(case.left[:b])
     node = np.arange(case.d)[None, :]
     per: Dict[str, List[Any]] = {n: [] for n in ("accept_index", "accept_length", "bonus",
                                                  "finished", "accept_len", "seq_len")}
+    rounds = 0
     for _ in range(k):
+        if case.budget and min(left[:real]) < 1:
+            break
+        rounds += 1
         s, p = np.array(seq, np.int64)[:, None], np.array(pool, np.int64)[:, None]
         d = dict(page_size=case.ps, topk=c.topk, num_steps=c.num_steps,
                  num_draft_tokens=case.d, seq_len=list(seq), req_pool_index=list(pool),
@@ -233,7 +242,7 @@ def reference(case: Case, k: int) -> Dict[str, Any]:
                  reserve=case.plan.layout["round"]["reserve"],
                  stop_token_ids=case.stops[: case.stop_count], real_batch=real)
         if case.budget:
-            d["max_new_tokens_left"] = case.left[:b]
+            d["max_new_tokens_left"] = list(left)
         want = ref.accept(d)
         per["accept_index"].append(want["accept_index"])
         per["accept_length"].append(want["accept_length"])
@@ -246,9 +255,11 @@ def reference(case: Case, k: int) -> Dict[str, Any]:
             rtt[row][q] = slot
         seq, al = list(want["next_round"]["seq_len"]), list(want["allocated_len"])
         head += want["pages_taken"]
+        if case.budget:  # the commit runs the budget down in place on the real rows
+            left = [x - want["emit_len"][r] if r < real else x for r, x in enumerate(left)]
         last = want
     nr = last["next_round"]
-    return dict(per=per, seq_len=seq, allocated_len=al, req_to_token=rtt.tolist(),
+    return dict(rounds=rounds, per=per, seq_len=seq, allocated_len=al, left=left, req_to_token=rtt.tolist(),
                 ring_head=head, stall=int(any(x["kind"] == "ring" for x in last["violations"])),
                 slots=nr["draft_out_cache_loc"], finished=per["finished"][-1],
                 bonus=per["bonus"][-1])
@@ -259,14 +270,16 @@ def three_ways(shape, seed: int, device: str = "cpu", k: int = 6, extend: bool =
     """(a), (b) and (c) over one case: every round's acceptance, commit and draft extend's
     inputs, and the final state, equal. Returns what the rounds saw."""
     case = Case(make_plan(*shape, extend=extend), seed)
+    want = reference(case, k)
+    k = want["rounds"]  # fewer when a budget runs out (the host would step in)
     a = Side(case, device, round_driver=True, bound=bound)
     b = Side(case, device, round_driver=False)
     a.rg.run(k)
     b.op_by_op(k)
-    want = reference(case, k)
     got_a, got_b = a.final(), b.final()
-    for name in ("seq_len", "allocated_len", "req_to_token", "ring_head", "stall", "slots",
-                 "finished", "bonus"):
+    names = ["seq_len", "allocated_len", "req_to_token", "ring_head", "stall", "slots",
+             "finished", "bonus"] + (["left"] if case.budget else [])
+    for name in names:
         assert got_a[name] == want[name], (name, "round graphs", seed)
         assert got_b[name] == want[name], (name, "op by op", seed)
     if extend:
@@ -279,6 +292,7 @@ def three_ways(shape, seed: int, device: str = "cpu", k: int = 6, extend: bool =
             assert rounds_b[name] == exp, (name, "op by op", seed)
     assert a.rg.replays[case.bucket] == k
     per = want["per"]
-    return dict(accepted=sum(map(sum, per["accept_length"])),
+    assert a.rg.rounds_with_violations() == {}, a.rg.rounds_with_violations()
+    return dict(rounds=k, accepted=sum(map(sum, per["accept_length"])),
                 finished=sum(map(sum, per["finished"])), padded=case.bucket - case.real,
                 pages=want["ring_head"])

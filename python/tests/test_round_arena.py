@@ -19,7 +19,7 @@ np = pytest.importorskip("numpy")
 import specgraph  # noqa: E402
 from specgraph.round_arena import after_verify_, round_view  # noqa: E402
 from conftest import need_torch  # noqa: E402
-from round_arena_run import Engine, plan_for, ref  # noqa: E402
+from round_arena_run import Engine, cdiv, plan_for, ref  # noqa: E402
 
 # (topk, num_steps, page size, D): chains and trees, page sizes 1, 2, 4 and 16
 SHAPES = [(1, 3, 1, 4), (2, 2, 1, 4), (2, 2, 4, 5), (3, 2, 2, 7), (1, 2, 16, 3), (2, 3, 16, 6)]
@@ -186,6 +186,9 @@ def test_misuse_is_refused_by_name_with_nothing_written(framework):
 
 
 @pytest.mark.parametrize("field,value", [("round_reserve", -2), ("round_reserve", (1 << 28) + 1),
+                                         ("round_reserve", 16),  # 16-wide rows: M would be 0
+                                         ("round_max_seq_len", 0), ("round_max_seq_len", -2),
+                                         ("round_max_seq_len", 14),  # ceil_page(14 + 3) > 16
                                          ("max_stop_tokens", 1025), ("max_stop_tokens", -1),
                                          ("round_on_device", None)])
 def test_config_fields_are_validated_by_cxx_by_name(field, value):
@@ -206,6 +209,15 @@ def test_the_plan_serves_the_section():
     assert sec["draft_tokens"] == 6 and sec["stop_capacity"] == 2 and sec["guard_count"] == 7
     assert sec["reserve"] == ref.r1(4, 2, 3, 6)  # the spec's R1 (the reference's formula)
     assert plan_for(2, 3, 4, 6, reserve=40).layout["round"]["reserve"] == 40
+    # M, served by C++: the largest committed length whose allocation ceil_page(M + R) the
+    # 160-wide rows hold (a search here), or the one given.
+    r = sec["reserve"]
+    assert sec["max_seq_len"] == max(m for m in range(1, 161) if cdiv(m + r, 4) * 4 <= 160)
+    given = specgraph.DraftConfig(max_batch=2, topk=2, num_steps=3, page_size=4,
+                                  max_context_len=160, pool_rows=3, kv_slots=1 << 20,
+                                  verify_tokens=6, round_on_device=True, round_max_seq_len=77)
+    assert given.round_max_seq_len == 77
+    assert specgraph.make_plan(given).layout["round"]["max_seq_len"] == 77
     for bucket, got in zip(plan.buckets, sec["buckets"]):
         v = round_view(specgraph.buffers(plan, specgraph.host_arena(plan)), bucket)
         assert v.parent.shape == (bucket, 6) and v.accept_index.shape == (bucket, 4)

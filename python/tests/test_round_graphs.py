@@ -29,11 +29,13 @@ from round_arena_run import Engine, plan_for  # noqa: E402
 
 @pytest.mark.parametrize("shape", run.SHAPES, ids=["-".join(map(str, s)) for s in run.SHAPES])
 def test_six_rounds_in_one_run_match_op_by_op_and_the_reference(shape):
-    seen = dict(accepted=0, finished=0, padded=0, pages=0)
-    for seed in range(5):
+    seen = dict(rounds=0, accepted=0, finished=0, padded=0, pages=0, six=0)
+    for seed in range(6):
         for k, x in run.three_ways(shape, 7100 + 13 * seed + shape[2]).items():
             seen[k] += x
-    # the runs saw what they are meant to: acceptance, finished rows, padding, allocation
+            seen["six"] += k == "rounds" and x == 6
+    # the runs saw what they are meant to: acceptance, finished rows, padding, allocation,
+    # and whole runs of six rounds (a budget running out ends a run early)
     assert all(seen.values()), seen
 
 

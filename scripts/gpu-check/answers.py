@@ -4,6 +4,7 @@
 in WORK_DIR (status/, notes/, counts/, logs/). Writes WORK_DIR/answers.json (a list of {id,
 question, answered, text}) and WORK_DIR/answers.txt ("answer ID: TEXT" lines). An answer that
 cannot be given says why: the step's status and note, or what is missing."""
+import glob
 import json
 import os
 import re
@@ -22,7 +23,9 @@ QUESTIONS = [
                "the main job's extend step"),
     ("round", "the round after verify (acceptance, commit, next round): the round step's CUDA "
               "tests, device time and rounds per second of the three launches chained, launches "
-              "and host syncs per round"),
+              "and host syncs per round; the whole round as one graph (launch_device_rounds) "
+              "against the host-driven round: rounds per second and GPU idle time between rounds "
+              "at batch 1, 4, 16, 64"),
 ]
 BUCKETS = (1, 64, 256)
 
@@ -320,7 +323,68 @@ def round_after_verify(work):
                  f"{fmt(b.get('host_submit_us', -1))} us at bucket 64")
     except Missing as e:
         text += f"; bench_round: not answered ({e})"
+    try:
+        text += "; " + device_rounds(bench(work, "device_round"))
+    except Missing as e:
+        text += f"; bench_device_round: not answered ({e})"
+    text += "; " + round_loops(work)
     return text
+
+
+def round_loops(work):
+    """The round step's main-job round loops (logs/round-loop-B.json): per batch, both modes'
+    wall and host us per round, graph launches and host syncs per round, and whether the two
+    modes were identical and verified."""
+    cells = []
+    for path in sorted(glob.glob(os.path.join(work, "logs", "round-loop-*.json")),
+                       key=lambda p: int(re.sub(r"\D", "", os.path.basename(p)) or 0)):
+        try:
+            r = json.load(open(path))
+        except (OSError, ValueError) as e:
+            cells.append(f"{os.path.basename(path)}: unreadable ({e})")
+            continue
+        d, h = r.get("device_loop", {}), r.get("host_driven", {})
+        cells.append(
+            f"batch {r.get('config', {}).get('batch', '?')}: device loop "
+            f"{fmt(d.get('wall_us_per_round', -1))} us/round wall, "
+            f"{fmt(d.get('host_us_per_round', -1))} host, "
+            f"{fmt(d.get('graph_launches', 0) / max(1, d.get('rounds', 1)))} launches and "
+            f"{fmt(d.get('host_syncs', 0) / max(1, d.get('rounds', 1)))} host syncs/round vs "
+            f"host-driven {fmt(h.get('wall_us_per_round', -1))} wall, "
+            f"{fmt(h.get('host_us_per_round', -1))} host, "
+            f"{fmt(h.get('graph_launches', 0) / max(1, h.get('rounds', 1)))} launches, "
+            f"{fmt(h.get('host_syncs', 0) / max(1, h.get('rounds', 1)))} syncs; "
+            f"{'identical' if r.get('identical') else 'NOT identical'}, "
+            f"{r.get('verified_rounds', 0)} rounds verified (max rel err "
+            f"{r.get('max_relative_error', '?')})")
+    if not cells:
+        return "main job round loop: not run (no logs/round-loop-*.json)"
+    return "main job round loop (rounds-per-launch 8, 40 rounds): " + "; ".join(cells)
+
+
+def device_rounds(runs):
+    """bench_device_round's cuda runs (the device_round selection): K = 16 rounds as one
+    launch_device_rounds(K) (device loop) against the same rounds driven from the host (host
+    loop), rounds per second and GPU idle per round at buckets 1, 4, 16, 64, launches, syncs and
+    host us per round at bucket 64."""
+    cells = []
+    for bucket in (1, 4, 16, 64):
+        parts = []
+        for topk, ps in ((1, 1), (4, 16)):
+            d = pick(runs, "device_round/device_loop/cuda", bucket=bucket, topk=topk, page_size=ps)
+            h = pick(runs, "device_round/host_loop/cuda", bucket=bucket, topk=topk, page_size=ps)
+            parts.append(f"topk {topk} ps {ps} device loop {fmt(d.get('rounds_per_s', -1))} "
+                         f"rounds/s (GPU idle {fmt(d.get('gpu_idle_us_per_round', -1))} us/round)"
+                         f" vs host loop {fmt(h.get('rounds_per_s', -1))} rounds/s (idle >= "
+                         f"{fmt(h.get('gpu_idle_us_per_round', -1))} us/round)")
+        cells.append(f"bucket {bucket}: " + ", ".join(parts))
+    d = pick(runs, "device_round/device_loop/cuda", bucket=64, topk=4, page_size=16)
+    h = pick(runs, "device_round/host_loop/cuda", bucket=64, topk=4, page_size=16)
+    per = "launches_per_round", "syncs_per_round", "host_us_per_round"
+    return ("whole rounds, num_steps 5, K = 16 per launch_device_rounds: " + "; ".join(cells) +
+            "; per round at bucket 64 (topk 4 ps 16) launches / syncs / host us: device loop " +
+            " / ".join(fmt(d.get(k, -1)) for k in per) + ", host loop " +
+            " / ".join(fmt(h.get(k, -1)) for k in per))
 
 
 

@@ -139,8 +139,10 @@ step_extend() {
 }
 
 # The round after verify (issue 31), right after the extend step: the cuda instances of the
-# acceptance, commit and next-round launchers (ROUND_CPP), one JUnit file each (logs/round-*.xml);
-# C++ only. The benchmarks step times the three chained (bench_round, the round_chain selection).
+# device-round graph, the main job's round loop and the acceptance, commit and next-round launchers
+# (ROUND_CPP), one JUnit file each (logs/round-*.xml), then the main job's round loop at
+# LOOP_BATCHES (logs/round-loop-B.json); C++ only. The benchmarks step times the three chained (bench_round, the round_chain selection)
+# and whole rounds against the host-driven ones (bench_device_round, the device_round selection).
 step_round() {
   local rc=0 why=() cpp=0 cpp_total=0
   gtest_entries "$ROUND_CPP_SECONDS" round "${ROUND_CPP[@]}"
@@ -150,8 +152,23 @@ step_round() {
     exit $EX_SKIP
   fi
   [ "$cpp_total" -gt 0 ] || { why+=("no round test ran"); rc=1; }
+  # The main job's round loop on CUDA: both modes verified against float64 and identical.
+  local tool=$SG_BUILD/tools/specgraph b loops=0
+  for b in "${LOOP_BATCHES[@]}"; do
+    local verify=sample
+    [ "$b" = 8 ] && verify=all
+    banner "specgraph run --rounds-per-launch 8 --max-batch $b --rounds 40 --verify $verify"
+    if CUDA_MODULE_LOADING=EAGER "$tool" run --executor cuda --rounds-per-launch 8 --max-batch "$b" \
+        --rounds 40 --verify "$verify" --json "$SG_LOGS/round-loop-$b.json" 2>&1 |
+        tee "$SG_WORK/round-loop-$b.out" | tail -4 && grep -q ": IDENTICAL$" "$SG_WORK/round-loop-$b.out"; then
+      loops=$((loops + 1))
+    else
+      why+=("round loop at batch $b: $(tail -1 "$SG_WORK/round-loop-$b.out")"); rc=1
+    fi
+  done
+  count round_loops "$loops"
   if [ $rc = 0 ]; then
-    note "C++ accept/commit/next-round cuda $cpp/$cpp_total passed"
+    note "C++ device round, round loop, accept/commit/next-round cuda $cpp/$cpp_total passed; main job round loop identical and verified at batch ${LOOP_BATCHES[*]}"
   else
     note "C++ $cpp/$cpp_total passed; ${why[*]}"
   fi

@@ -255,6 +255,13 @@ bool run_commit_stage(const round& c, const accepted& a, std::vector<std::int32_
     std::fill_n(e.kv_move.begin() + r * c.num_steps * 2, c.num_steps * 2, -1);
     e.finished[ru] = e.emit_len[ru] = e.free_begin[ru] = e.free_end[ru] = 0;
   }
+  // The budget the commit leaves in place: m - emit on the real rows it handles, every other
+  // cell (padding, a bad row) as it was.
+  std::vector<std::int32_t> budget_after = c.budget;
+  for (std::int64_t r = 0; c.has_budget && r < real; ++r) {
+    const auto ru = static_cast<std::size_t>(r);
+    if (!padded[ru]) budget_after[ru] = static_cast<std::int32_t>(e.budget[ru]);
+  }
   const std::vector<std::int64_t>* want[5] = {&e.kv_move, &e.finished, &e.emit_len, &e.free_begin,
                                               &e.free_end};
   const std::int64_t widths[5] = {std::int64_t{c.num_steps} * 2, 1, 1, 1, 1};
@@ -335,7 +342,7 @@ bool run_commit_stage(const round& c, const accepted& a, std::vector<std::int32_
   check_unchanged(pool, c.pool_index, "commit", "req_pool_index");
   check_unchanged(rtt, c.req_to_token, "commit", "req_to_token");
   check_unchanged(stops, c.stops, "commit", "stop_token_ids");
-  check_unchanged(budget, c.budget, "commit", "max_new_tokens_left");
+  check_unchanged(budget, refused ? c.budget : budget_after, "commit", "max_new_tokens_left");
   if (refused) {
     o.check_untouched("refused commit");
     check_stale(guards, "refused commit");

@@ -13,6 +13,7 @@
 #include "specgraph/next_round_metadata.hpp"
 #include "specgraph/plan.hpp"
 #include "tools/sim/round_loop_impl.hpp"
+#include "tools/sim/sim_fa3.hpp"
 
 namespace specgraph::sim::loop {
 namespace {
@@ -190,56 +191,8 @@ void engine::draft_forward(const step_view& v) {
       v.real_batch,  v.seq_len, v.req_pool_index,  d_salt.as<std::uint64_t>(), opt.topk,         s,
       opt.num_steps, hd,        q_src.as<float>(), k_src.as<float>(),          v_src.as<float>()};
   launch_rows<loop_qkv_kernel>(ex, g, v.rows, lcuda.qkv);
-  kv_write_kernel::params w{};
-  w.real_batch = v.real_batch;
-  w.topk = v.topk;
-  w.cache_loc = v.out_cache_loc;
-  w.cache_loc_stride = v.cache_loc_stride;
-  w.step = s;
-  w.steps = opt.num_steps;
-  w.head_elems = hd;
-  w.k_src = k_src.as<float>();
-  w.v_src = v_src.as<float>();
-  w.k_pool = k_pool.as<float>();
-  w.v_pool = v_pool.as<float>();
-  launch_rows<kv_write_kernel>(ex, w, v.rows, cuda.kv_write);
-  paged_attention_kernel::params a{};
-  a.q = q_src.as<float>();
-  a.steps = opt.num_steps;
-  a.step = s;
-  a.heads = opt.heads;
-  a.head_dim = opt.head_dim;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(opt.head_dim));
-  a.k_pool = k_pool.as<float>();
-  a.v_pool = v_pool.as<float>();
-  a.page_size = opt.page_size;
-  a.page_table = v.prefix_page_table;
-  a.table_stride = v.prefix_stride;
-  a.seqlen = v.prefix_seqlen;
-  a.rows_per_table_row = v.topk;
-  a.o = o_prefix.as<float>();
-  a.lse = lse_prefix.as<float>();
-  const std::int64_t heads_rows = static_cast<std::int64_t>(v.rows) * opt.heads;
-  launch_rows<paged_attention_kernel>(ex, a, heads_rows, cuda.attention);
-  a.page_table = v.expand_page_table;
-  a.table_stride = v.expand_stride;
-  a.seqlen = v.expand_cache_seqlen;
-  a.rows_per_table_row = 1;
-  a.o = o_expand.as<float>();
-  a.lse = lse_expand.as<float>();
-  launch_rows<paged_attention_kernel>(ex, a, heads_rows, cuda.attention);
-  lse_merge_kernel::params m{};
-  m.o1 = o_prefix.as<float>();
-  m.lse1 = lse_prefix.as<float>();
-  m.o2 = o_expand.as<float>();
-  m.lse2 = lse_expand.as<float>();
-  m.heads = opt.heads;
-  m.head_dim = opt.head_dim;
-  m.out = out.as<float>() + static_cast<std::size_t>(s) * max_rows * hd;
-  m.out_lse = out_lse.as<float>() + static_cast<std::size_t>(s) * max_rows * opt.heads;
-  m.out_step_elems = static_cast<std::int64_t>(max_rows) * hd;
-  m.lse_step_elems = static_cast<std::int64_t>(max_rows) * opt.heads;
-  launch_rows<lse_merge_kernel>(ex, m, heads_rows, cuda.merge);
+  draft_kv_write(ex, cuda, v, *this);
+  fa3_draft_attention(ex, cuda, v, fa3_buffers_of(*this));
 }
 
 // The target's verify forward, as far as acceptance reads it: the toy tree into the round

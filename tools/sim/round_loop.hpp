@@ -1,4 +1,5 @@
-// The main job's round loop (`specgraph run --rounds-per-launch N`, docs/main-job.md, "The round loop"):
+// The main job's round loop (`specgraph run --rounds-per-launch N`; docs/main-job.md, "The round
+// loop"):
 // whole EAGLE rounds on the library's device-round graph (draft_runtime::launch_device_rounds),
 // N rounds per host step with no synchronisation between them, beside the same rounds driven
 // from the host (every round: the draft steps' graphs, the verify graph, acceptance, the commit

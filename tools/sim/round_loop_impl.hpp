@@ -72,6 +72,7 @@ class engine {
   void host_step(std::vector<loop_round>& rounds, std::int32_t first, std::int32_t count,
                  loop_mode_stats& stats, loop_report& rep);
   void read_staged_state();
+  void reset_counter();
   template <class F>
   void device_work(bool is_sync, F&& work);
   void restage_after(const std::vector<std::int32_t>& replaced);

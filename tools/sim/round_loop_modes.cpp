@@ -49,6 +49,12 @@ void engine::device_work(bool is_sync, F&& work) {
   if (is_sync || host_executor) device_secs += since(t0);
 }
 
+// The round log's counter at 0: round k's log lands in slot k % N whatever the capture ran.
+void engine::reset_counter() {
+  const std::int32_t zero = 0;
+  ex.copy_to_device(counter.data(), &zero, 4);
+}
+
 void engine::run(std::vector<loop_round>& rounds, loop_mode_stats& stats, loop_report& rep) {
   stats.mode = device_mode ? "device loop" : "host-driven";
   if (device_mode) {
@@ -70,6 +76,7 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
   in.budget = false;
   rt_->bind_round_ring(in);
   (void)rt_->capture();
+  reset_counter();
   for (std::int32_t r = 0; r < opt.batch; ++r) admit(r);
   stage_all();
   const round_view v = rt_->buffers().round(bucket_);
@@ -117,6 +124,7 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
 void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, loop_report& rep) {
   const plan& p = rt_->plan();
   (void)rt_->capture();
+  reset_counter();
   for (std::int32_t r = 0; r < opt.batch; ++r) admit(r);
   std::vector<unsigned char> arena(p.total_bytes + arena_alignment, 0);
   const auto base = reinterpret_cast<std::uintptr_t>(arena.data());

@@ -18,6 +18,7 @@
 #include "specgraph/error.hpp"
 #include "tools/sim/sim_engine.hpp"
 #include "tools/sim/sim_extend_state.hpp"
+#include "tools/sim/sim_fa3.hpp"
 #include "tools/sim/sim_kernels.hpp"
 #include "tools/sim/sim_verify_state.hpp"
 
@@ -152,74 +153,13 @@ struct sim_engine::impl {
   // The forward captured into graph(B, s): the step's K/V into the pool, then the attention
   // path(s) of opt.format.
   void forward(const step_view& v) {
-    const std::int32_t s = v.step;
-    kv_write_kernel::params w{};
-    w.real_batch = v.real_batch;
-    w.topk = v.topk;
-    w.cache_loc = v.out_cache_loc;
-    w.cache_loc_stride = v.cache_loc_stride;
-    w.step = s;
-    w.steps = opt.num_steps;
-    w.head_elems = hd;
-    w.k_src = k_src.as<float>();
-    w.v_src = v_src.as<float>();
-    w.k_pool = k_pool.as<float>();
-    w.v_pool = v_pool.as<float>();
-    w.device_step = v.device_step;
-    launch<kv_write_kernel>(w, v.rows, cuda.kv_write);
+    draft_kv_write(*ex, cuda, v, *this);
     if (run_csr) csr_forward(v);
     if (run_fa3) fa3_forward(v);
   }
 
-  // The fa3 path: the request's whole prefix pages through the step-invariant prefix table, the
-  // branch's pages through the step's expand table, merged by log-sum-exp into `out`.
-  void fa3_forward(const step_view& v) {
-    const std::int32_t s = v.step;
-    const std::size_t rows = static_cast<std::size_t>(max_rows);
-    paged_attention_kernel::params a{};
-    a.q = q_src.as<float>();
-    a.steps = opt.num_steps;
-    a.step = s;
-    a.heads = opt.heads;
-    a.head_dim = opt.head_dim;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(opt.head_dim));
-    a.k_pool = k_pool.as<float>();
-    a.v_pool = v_pool.as<float>();
-    a.page_size = opt.page_size;
-    a.device_step = v.device_step;
-    // Pass 1: the request's whole prefix pages through the step-invariant prefix table.
-    a.page_table = v.prefix_page_table;
-    a.table_stride = v.prefix_stride;
-    a.seqlen = v.prefix_seqlen;
-    a.rows_per_table_row = v.topk;
-    a.o = o_prefix.as<float>();
-    a.lse = lse_prefix.as<float>();
-    launch<paged_attention_kernel>(a, static_cast<std::int64_t>(v.rows) * opt.heads,
-                                   cuda.attention);
-    // Pass 2: the branch's pages (copied partial page + draft tokens) through the step's table.
-    a.page_table = v.expand_page_table;
-    a.table_stride = v.expand_stride;
-    a.seqlen = v.expand_cache_seqlen;
-    a.rows_per_table_row = 1;
-    a.o = o_expand.as<float>();
-    a.lse = lse_expand.as<float>();
-    launch<paged_attention_kernel>(a, static_cast<std::int64_t>(v.rows) * opt.heads,
-                                   cuda.attention);
-
-    lse_merge_kernel::params m{};
-    m.o1 = o_prefix.as<float>();
-    m.lse1 = lse_prefix.as<float>();
-    m.o2 = o_expand.as<float>();
-    m.lse2 = lse_expand.as<float>();
-    m.heads = opt.heads;
-    m.head_dim = opt.head_dim;
-    m.out = out.as<float>() + static_cast<std::size_t>(s) * rows * hd;
-    m.out_lse = out_lse.as<float>() + static_cast<std::size_t>(s) * rows * opt.heads;
-    m.device_step = v.device_step;  // step 0's view then: the slice follows the device step
-    m.out_step_elems = static_cast<std::int64_t>(rows) * hd;
-    m.lse_step_elems = static_cast<std::int64_t>(rows) * opt.heads;
-    launch<lse_merge_kernel>(m, static_cast<std::int64_t>(v.rows) * opt.heads, cuda.merge);
-  }
+  // The fa3 path (tools/sim/sim_fa3.hpp): the prefix pages, then the branch's, merged into `out`.
+  void fa3_forward(const step_view& v) { fa3_draft_attention(*ex, cuda, v, fa3_buffers_of(*this)); }
 
   // The csr path: draft_runtime has written the step's kv_indptr / kv_indices into the plan's
   // arena before this forward (the step's graph body, in every replay mode: docs/csr.md), so
