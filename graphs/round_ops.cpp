@@ -53,13 +53,27 @@ round_launch after_verify_params(const round_view& v, const after_verify_inputs&
   return l;
 }
 
-void after_verify(executor& ex, const round_view& v, const after_verify_inputs& in) {
+after_verify_part after_verify_part_of(const std::string& name) {
+  if (name == "all") return after_verify_part::all;
+  if (name == "accept_commit") return after_verify_part::accept_commit;
+  if (name == "next") return after_verify_part::next;
+  detail::throw_invalid(
+      __FILE__, __LINE__, "part",
+      "\"" + name +
+          "\" is not a part of after_verify: pass \"all\" (acceptance, the commit "
+          "and the next round), \"accept_commit\" or \"next\"");
+}
+
+void after_verify(executor& ex, const round_view& v, const after_verify_inputs& in,
+                  after_verify_part part) {
   const round_launch l = after_verify_params(v, in);
-  // The section's seven words are contiguous: one memset starts the round clean.
-  ex.fill_bytes(v.guard, 0, sizeof(guard_word) * round_guard_count);
-  launch_accept(ex, l.accept);
-  launch_commit(ex, l.commit);
-  launch_next_round(ex, l.next);
+  if (part != after_verify_part::next) {
+    // The section's seven words are contiguous: one memset starts the round clean.
+    ex.fill_bytes(v.guard, 0, sizeof(guard_word) * round_guard_count);
+    launch_accept(ex, l.accept);
+    launch_commit(ex, l.commit);
+  }
+  if (part != after_verify_part::accept_commit) launch_next_round(ex, l.next);
 }
 
 }  // namespace specgraph

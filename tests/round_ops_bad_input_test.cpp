@@ -221,6 +221,59 @@ TEST_P(RoundOpsEdges, AfterAStallTheEngineRefillsClearsAndRerunsTheNextRound) {
   expect_round(*ex, rig, chain_round(rig.m, rig.e, s.bucket), s.bucket);
 }
 
+// after_verify's parts (round_ops.hpp): accept_commit then next leaves the arena and the
+// engine's buffers byte for byte as all does, accept_commit leaves the next round's outputs
+// alone, next resets no guard word; a name that is no part is refused, nothing enqueued.
+TEST_P(RoundOpsEdges, ThePartsInOrderEqualTheWholeOpAndOtherNamesAreRefused) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
+  const scenario& s = scenarios[1];
+  std::mt19937_64 rng_whole(seed), rng_parts(seed);
+  round_rig whole(*ex, s, rng_whole), parts(*ex, s, rng_parts);
+  const std::int64_t D = whole.p.config.verify_tokens;
+  for (round_rig* rig : {&whole, &parts}) {
+    std::mt19937_64 tree_rng(seed + 1);
+    write_tree(rig->m, s.bucket, s.real, tree_rng);
+    for (std::int32_t f : {round_parent, round_draft_token, round_target_predict}) {
+      upload(*ex, rig->b, rig->m, rig->m.field(f), static_cast<std::size_t>(s.bucket * D * 4));
+    }
+  }
+  EXPECT_EQ(download(*ex, whole.b), download(*ex, parts.b));
+  for (const char* bad : {"commit", "ALL", ""}) {
+    expect_invalid([&] { (void)after_verify_part_of(bad); }, "part",
+                   std::string("\"") + bad + "\" is not a part of after_verify");
+  }
+  EXPECT_EQ(after_verify_part_of("all"), after_verify_part::all);
+  after_verify(*ex, whole.v, whole.in);  // the default part: all
+  const std::vector<unsigned char> staged = download(*ex, parts.b);
+  after_verify(*ex, parts.v, parts.in, after_verify_part_of("accept_commit"));
+  // The next round's outputs and the staged seq_len are as staged (the arena was poisoned).
+  const std::vector<unsigned char> mid = download(*ex, parts.b);
+  const auto same = [&](std::size_t offset, std::size_t bytes) {
+    for (std::size_t i = offset; i < offset + bytes; ++i) {
+      if (mid[i] != staged[i]) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(same(parts.p.layout.seq_len, static_cast<std::size_t>(s.bucket) * 4));
+  EXPECT_TRUE(same(parts.m.field(round_active), static_cast<std::size_t>(s.bucket) * 4));
+  EXPECT_TRUE(same(parts.m.field(round_root_token), static_cast<std::size_t>(s.bucket) * 4));
+  EXPECT_EQ(parts.ring->download(), whole.ring->download());  // read only
+  // next alone resets no guard word: a word set now is still set after it.
+  guard_word* first = parts.v.guard;
+  guard_word marked{};
+  ex->copy_to_host(&marked, first, sizeof(marked));
+  const std::int32_t five = 5;
+  ex->copy_to_device(first, &five, 4);
+  after_verify(*ex, parts.v, parts.in, after_verify_part::next);
+  std::int32_t kept = 0;
+  ex->copy_to_host(&kept, first, 4);
+  EXPECT_EQ(kept, 5);
+  ex->copy_to_device(first, &marked, sizeof(marked));
+  EXPECT_EQ(download(*ex, parts.b), download(*ex, whole.b));
+  EXPECT_EQ(parts.r2t->download(), whole.r2t->download());
+}
+
 SPECGRAPH_INSTANTIATE_EXECUTORS(RoundOpsEdges);
 
 }  // namespace

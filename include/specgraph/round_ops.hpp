@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "specgraph/round_view.hpp"
 
@@ -49,15 +50,28 @@ struct after_verify_inputs {
   bool budget = true;
 };
 
+// Which launches after_verify enqueues. all: the guard reset, acceptance, the commit and the
+// next round. accept_commit: the guard reset, acceptance and the commit only. next: the next
+// round only. accept_commit then next enqueues exactly what all does, so an engine can run
+// work between the two (draft extend, which reads the staged seq_len the next round
+// overwrites: docs/round-graphs.md section 6.1).
+enum class after_verify_part { all, accept_commit, next };
+
+// The part named "all", "accept_commit" or "next". Throws invalid_argument "part" for any other
+// name. Host only: no stream, no sync.
+after_verify_part after_verify_part_of(const std::string& name);
+
 // Resets the section's round_guard_count guard words, then launches acceptance, the commit and
-// the next round for v.bucket, in that order. Throws invalid_argument before anything is
+// the next round for v.bucket, in that order (part: all, the default; accept_commit and next
+// enqueue the first three and the last of these). Throws invalid_argument before anything is
 // enqueued: "round_view" (a view whose pointers are not a plan's round section: built by hand,
 // or of another arena), "req_to_token" (null), "req_to_token_stride", "ring" (null),
 // "ring_capacity", "ring_tail" (null), "real_batch", "stop_token_count". Stream: ex's;
 // asynchronous; no synchronisation, no allocation, no read-back: capture-safe (one graph per
 // bucket serves every round: the real batch, the ring tail and every content are read on the
 // device).
-void after_verify(executor& ex, const round_view& v, const after_verify_inputs& in);
+void after_verify(executor& ex, const round_view& v, const after_verify_inputs& in,
+                  after_verify_part part = after_verify_part::all);
 
 // The three launches' parameters after_verify enqueues (after its host checks), for tests and
 // for engines that compose the launches themselves. Host only; throws like after_verify.

@@ -165,8 +165,10 @@ def extend_arena(bufs: Any, arena: Any, bucket: int, req_to_token: Any,
 def stage_accept_len(bufs: Any, arena: Any, bucket: int, accept_len: Sequence[int]) -> None: ...
 # ---- the round after verify over the plan's arena (round_arena.cpp) ---------------------------
 def after_verify(bufs: Any, arena: Any, bucket: int, req_to_token: Any, ring: Any,
-                 ring_tail: Any, real_batch: int, stop_token_count: int, budget: bool) -> None:
-    """real_batch -1: the staged word. Host checks first (by name); the arena's device."""
+                 ring_tail: Any, real_batch: int, stop_token_count: int, budget: bool,
+                 part: str) -> None:
+    """real_batch -1: the staged word; part: "all", "accept_commit" or "next" (refused by name
+    in C++ otherwise). Host checks first (by name); the arena's device."""
 
 # ---- inputs read in place (inputs.cpp, round_graph.cpp): the engine's static tensors ------------
 # pool, seq: int32/int64 [>= max bucket], any stride; slots: int64/int32 [>= max bucket, topk,

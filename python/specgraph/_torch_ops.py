@@ -98,10 +98,10 @@ SCHEMAS = {
                      "Tensor(c!)[] fa3, Tensor(d!)[] prefix, Tensor(e!)[] full) -> ()",
     # The round after verify over the arena's round section (specgraph.round_arena): the
     # engine's req_to_token is written (the rows that allocate), the ring and its tail read;
-    # real_batch -1: the staged word.
+    # real_batch -1: the staged word; part: "all", "accept_commit" or "next" (C++'s names).
     "after_verify_": "after_verify_(Tensor(a!) arena, int handle, int bucket, "
                      "Tensor(b!) req_to_token, Tensor ring, Tensor ring_tail, int real_batch, "
-                     "int stop_token_count, bool budget) -> ()",
+                     "int stop_token_count, bool budget, str part=\"all\") -> ()",
 }
 
 
@@ -270,6 +270,14 @@ def _extend_impl(req_to_token: Any, pool: Any, seq: Any, acc: Any, at: Any, w: i
                          sc)
 
 
+def _after_verify(obj: Any, arena: torch.Tensor, bucket: int, req_to_token: torch.Tensor,
+                  ring: torch.Tensor, ring_tail: torch.Tensor, real_batch: int,
+                  stop_token_count: int, budget: bool, part: str = "all") -> None:
+    """The dispatcher leaves out an argument equal to its schema default (part="all")."""
+    _ffi.after_verify(obj, arena, bucket, req_to_token, ring, ring_tail, real_batch,
+                      stop_token_count, budget, part)
+
+
 def _nothing(*args: Any) -> None:
     return None
 
@@ -289,7 +297,7 @@ _IMPLS = {
     "verify_metadata_": _torch_impl,
     "extend_metadata_": _extend_impl,
     "extend_arena_": _on_arena(_ffi.extend_arena),
-    "after_verify_": _on_arena(_ffi.after_verify),
+    "after_verify_": _on_arena(_after_verify),
 }
 
 _lib = torch.library.Library("specgraph", "DEF")

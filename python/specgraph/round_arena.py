@@ -12,7 +12,7 @@ the staged seq_len and out_cache_loc, so the round after needs no host staging:
     specgraph.stage_(bufs, bs, pool, seq, slots, bucket=bucket)   # the first round only
     v = round_view(bufs, bucket)    # v.allocated_len[:] = ..., v.max_new_tokens_left[:] = ...
     ...verify forward: v.parent, v.draft_token, v.target_predict...
-    after_verify_(bufs, bucket, req_to_token, ring, ring_tail)
+    after_verify_(bufs, bucket, req_to_token, ring, ring_tail)   # part="all"
     ...v.finished, v.free_begin / v.free_end, v.stall; bufs.seq_len, bufs.out_cache_loc...
 
 Every shape and offset is C++'s (plan_info's "round": round_field_shape_of for the bucket);
@@ -124,7 +124,7 @@ def round_view(bufs: Buffers, bucket: int) -> RoundView:
 
 def after_verify_(bufs: Buffers, bucket: int, req_to_token: Any, ring: Any, ring_tail: Any, *,
                   real_batch: Optional[int] = None, stop_token_count: int = 0,
-                  budget: bool = True) -> None:
+                  budget: bool = True, part: str = "all") -> None:
     """Acceptance, the commit and the next round's inputs of `bucket` (a planned bucket), from
     the section's inputs (round_view) and the staged round, in place (docs/round-graphs.md).
 
@@ -136,10 +136,14 @@ def after_verify_(bufs: Buffers, bucket: int, req_to_token: Any, ring: Any, ring
     real-batch word, read on the device), else an int in [0, bucket] the launch bakes in.
     stop_token_count: the first ids of round_view(...).stop_token_ids in use. budget: False
     ignores max_new_tokens_left; True runs it down in place by each real row's emit_len.
-    Refusals (InvalidArgument naming the field, nothing written): "round_on_device" (no
-    section), "bucket", "req_to_token", "ring", "ring_tail", "ring_capacity", "real_batch",
-    "stop_token_count". Current stream; no sync; no allocation; capture-safe. With a torch
-    arena: torch.ops.specgraph.after_verify_.
+    part: "all" (the guard reset, acceptance, the commit and the next round), "accept_commit"
+    (the guard reset, acceptance and the commit) or "next" (the next round only);
+    accept_commit then next is all, cell by cell, with room for draft extend in between (it
+    reads the staged seq_len, which the next round overwrites). The names are C++'s
+    (after_verify_part_of), which refuses any other. Refusals (InvalidArgument naming the
+    field, nothing written): "round_on_device" (no section), "bucket", "req_to_token", "ring",
+    "ring_tail", "ring_capacity", "real_batch", "stop_token_count", "part". Current stream; no
+    sync; no allocation; capture-safe. With a torch arena: torch.ops.specgraph.after_verify_.
     """
     _ready(bufs)
     _require(bufs)
@@ -151,5 +155,9 @@ def after_verify_(bufs: Buffers, bucket: int, req_to_token: Any, ring: Any, ring
     if rb < 0 and real_batch is not None:  # -1 is the staged word's: refuse it here by name
         raise InvalidArgument(f"real_batch: {rb} is outside [0, the bucket {bucket}] (None: the "
                               "staged real batch)", field="real_batch")
+    if not isinstance(part, str):
+        raise TypeError(f"part: expected a str (\"all\", \"accept_commit\" or \"next\"), got "
+                        f"{_check.type_name(part)}")
     _run(bufs, "after_verify_", bucket, req_to_token, ring, ring_tail, rb,
-         _check.index("stop_token_count", stop_token_count), _check.boolean("budget", budget))
+         _check.index("stop_token_count", stop_token_count), _check.boolean("budget", budget),
+         part)

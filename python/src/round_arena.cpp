@@ -21,10 +21,12 @@ namespace {
 // req_to_token: int32 [>= pool_rows, >= max_context_len], contiguous, on the arena's device,
 // read and written at its own width; ring: int32 [capacity >= 1] page ids; ring_tail: int64 [1],
 // the engine's tail counter. real_batch -1: the staged real-batch word, read on the device;
-// else a launch scalar in [0, bucket] (after_verify refuses it by name).
+// else a launch scalar in [0, bucket] (after_verify refuses it by name). part: which launches
+// (after_verify_part_of's names).
 void after_verify_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                      ffi::TensorView req_to_token, ffi::TensorView ring, ffi::TensorView ring_tail,
-                     std::int64_t real_batch, std::int64_t stop_token_count, bool budget) {
+                     std::int64_t real_batch, std::int64_t stop_token_count, bool budget,
+                     ffi::String part) {
   const draft_buffers bufs = buffers_of(b, arena);
   // draft_buffers::round refuses "round_on_device" (no section) and "bucket" first.
   const round_view v = bufs.round(int32_arg("bucket", bucket));
@@ -46,7 +48,10 @@ void after_verify_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
   in.real_batch = int32_arg("real_batch", real_batch);
   in.stop_token_count = int32_arg("stop_token_count", stop_token_count);
   in.budget = budget;
-  after_verify(executor_for(b->device), v, in);
+  // part: "all", "accept_commit" or "next", refused by name in C++ (round_ops.hpp) before
+  // anything is enqueued.
+  const after_verify_part which = after_verify_part_of(std::string(part));
+  after_verify(executor_for(b->device), v, in, which);
 }
 
 }  // namespace
