@@ -80,8 +80,8 @@ struct depth_probe {
   }
 };
 
-// Every configuration, fresh seeds, real batch 1..4, max_depth 0 / 2 / num_steps and three
-// thresholds: (1), (2), (3) above; depths 1 .. num_steps all occur, and max_depth 2 cuts rounds.
+// Every configuration, fresh seeds, real batch 1..4, max_depth 0 / 2 / num_steps in turn, three
+// thresholds drawn: (1), (2), (3) above; depths 1 .. num_steps all occur, max_depth 2 cuts rounds.
 TEST_P(DeviceRoundDepth, EachRoundsDepthFollowsTheRuleAndTheStateEqualsTheReferences) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -97,7 +97,7 @@ TEST_P(DeviceRoundDepth, EachRoundsDepthFollowsTheRuleAndTheStateEqualsTheRefere
     const plan p = make_plan(cfg);
     for (int i = 0; i < property_cases(12); ++i) {
       const std::int32_t real = 1 + static_cast<std::int32_t>(i % 4);
-      const std::int32_t max_depth = depths[rng() % 3];
+      const std::int32_t max_depth = depths[i % 3];
       const float threshold = thresholds[rng() % 3];
       SCOPED_TRACE("case " + std::to_string(i) + ", real batch " + std::to_string(real) +
                    ", max_depth " + std::to_string(max_depth) + ", min_confidence " +
