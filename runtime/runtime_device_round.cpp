@@ -79,31 +79,25 @@ bool draft_runtime::device_round_wanted() const {
          (!extend || static_cast<bool>(extend_forward_));
 }
 
-// The draft steps: num_steps step bodies, or with device_depth the round graph's WHILE node
-// (record_conditional_round) after its two per-round control words are reset to a fresh round's:
-// the step counter and the WHILE iteration count to 0 (two memset nodes; every launch starts
-// at step 0, as staging would start it). max_depth and min_confidence are left as staged: the
-// rounds of back-to-back launches keep the last stage()'s values. No round-order node: the
-// order word stays where the previous launch left it (set up), as section 6.3 of
-// docs/round-graphs.md describes, and round.order is not reset (it stays sticky across rounds).
-void draft_runtime::record_device_round_steps(std::int32_t bucket) {
-  const draft_config& c = plan_->config;
-  if (!c.device_steps) {
-    for (std::int32_t s = 0; s < c.num_steps; ++s) record_graph_body(bucket, s);
-    return;
-  }
-  ex_->fill_bytes(buffers_.device_step(), 0, sizeof(std::int32_t));
-  ex_->fill_bytes(buffers_.iterations(), 0, sizeof(std::int32_t));
-  record_conditional_round(bucket);
-}
-
 // Draft steps, verify metadata + forward, acceptance and commit, [the extend handoff, extend
 // metadata + forward], the next round, the guard fold. Draft extend runs before the next round:
 // it reads the staged seq_len as the verify round's (without the window), which the next round
 // overwrites with seq_len'.
 void draft_runtime::record_device_round_body(std::int32_t bucket) {
   const draft_config& c = plan_->config;
-  record_device_round_steps(bucket);
+  // The draft steps: num_steps step bodies, or with device_depth the round graph's WHILE node
+  // (record_conditional_round) after the round's two per-round control words are reset to a
+  // fresh round's: the step counter and the WHILE body count to 0 (two memset nodes: every launch
+  // starts at step 0, as staging starts it). max_depth and min_confidence stay as staged: the
+  // rounds of back-to-back launches read the last stage()'s. No begin_round: round.order stays
+  // sticky across rounds, and the progress word where the previous launch left it (set up).
+  if (c.device_steps) {
+    ex_->fill_bytes(buffers_.device_step(), 0, sizeof(std::int32_t));
+    ex_->fill_bytes(buffers_.iterations(), 0, sizeof(std::int32_t));
+    record_conditional_round(bucket);
+  } else {
+    for (std::int32_t s = 0; s < c.num_steps; ++s) record_graph_body(bucket, s);
+  }
   record_verify_body(bucket);
   const round_view v = buffers_.round(bucket);
   const round_launch l = after_verify_params(v, round_in_);

@@ -295,9 +295,8 @@ class draft_runtime {
   // Binds the engine's req_to_token (mutable; the very array and stride of engine_tables), the
   // ring and the op's options (after_verify_inputs; real_batch -1: the staged word is read) once,
   // before capture(); then capture() also captures one device-round graph per bucket (with a
-  // verify forward, an extend forward when draft_extend; with device_steps its draft steps are
-  // the device-decided round, so device_steps needs device_depth). Throws invalid_argument
-  // naming the field ("round_on_device", "device_depth" for device_steps without it,
+  // verify forward, an extend forward when draft_extend, device_depth with device_steps).
+  // Throws invalid_argument naming the field ("round_on_device", "device_depth",
   // "bind_round_ring" after capture(), or after_verify's). Host work only (allocates the guard
   // summary once): no stream, no sync.
   void bind_round_ring(const after_verify_inputs& in);
@@ -352,7 +351,6 @@ class draft_runtime {
   void capture_extend_graphs(capture_report& report, const std::function<void(int, int)>& progress,
                              int total);
 
-  void record_device_round_steps(std::int32_t bucket);
   void record_device_round_body(std::int32_t bucket);
   void capture_device_round_graphs(capture_report& report,
                                    const std::function<void(int, int)>& progress, int total);
