@@ -165,6 +165,50 @@ TEST_P(DeviceRoundDepth, RestagingChangesTheControlWordsTheLaunchesRead) {
             (std::vector<std::int32_t>{1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, -1, -1, -1, -1}));
 }
 
+// Checked mode (the draft metadata's layout checks on, inside every body the WHILE node runs):
+// a chain at page size 4 (in-page offsets that the checks test; the rig's first slots follow
+// the layout there, and no stop token, so no finished row idles on unallocated slots), K
+// launches with device_depth keep every word of the summary clean and each round's depth within
+// [1, num_steps]; junk in the padding row's pool row is raised after the launch, naming the
+// prefix table and the row.
+TEST_P(DeviceRoundDepth, CheckedModeKeepsEveryDeviceStepCleanAndRaisesJunk) {
+  std::mt19937_64 rng(test_seed());
+  const dr_config chain4{"chain ps 4", 1, 3, 4, 4};
+  draft_config cfg = depth_config(chain4);
+  cfg.checked = true;
+  const plan p = make_plan(cfg);
+  dr_start s = make_start(p, 3, K, rng);
+  {
+    dr_rig a(*ex, cfg, s, /*stop=*/-1);
+    a.min_confidence = 0.5f;
+    depth_probe probe(*ex, a);
+    (void)a.run_device(K, 1);  // K launch_device_round calls: each one checked
+    const std::vector<guard_word> words = a.rt.read_round_guards();
+    for (std::size_t w = 0; w < words.size(); ++w) {
+      EXPECT_EQ(words[w].violations, 0)
+          << guard_site_of(p, static_cast<std::int32_t>(w)).buffer << ": " << describe(words[w]);
+    }
+    const std::vector<std::int32_t> log = probe.log.download();
+    for (std::int32_t k = 0; k < K; ++k) {
+      EXPECT_GE(log[static_cast<std::size_t>(2 * k)], 1);
+      EXPECT_LE(log[static_cast<std::size_t>(2 * k)], cfg.num_steps);
+    }
+  }
+  s.req_to_token[0] = -9;
+  dr_rig a(*ex, cfg, s, /*stop=*/-1);
+  depth_probe probe(*ex, a);
+  a.rt.bind_round_ring(a.in);
+  (void)a.rt.capture();
+  a.stage_start();
+  try {
+    a.rt.launch_device_round();
+    ADD_FAILURE() << "checked mode must raise the summary";
+  } catch (const guard_violation& e) {
+    EXPECT_NE(std::string(e.what()).find("prefix.page_table"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("row 3"), std::string::npos) << e.what();
+  }
+}
+
 // device_steps without device_depth: no device-round graph can hold it; refused by name with
 // the fix, before anything is bound or launched.
 TEST_P(DeviceRoundDepth, DeviceStepsWithoutDeviceDepthIsRefusedByName) {
