@@ -24,6 +24,15 @@ void require_round(const plan& p) {
                     "false: this plan has no round section (set draft_config::round_on_device)");
 }
 
+// With a device step counter the graph's draft steps are the WHILE node of the round graph,
+// whose depth the device decides; the counter alone (one step body per launch) makes no round.
+void require_depth(const plan& p) {
+  SPECGRAPH_EXPECTS(!p.config.device_steps || p.config.device_depth, "device_depth",
+                    "false with device_steps: the device-round graph runs the draft steps as the "
+                    "device-decided round (a WHILE node over the step body); set device_depth, "
+                    "or device_steps off for a fixed depth of num_steps");
+}
+
 }  // namespace
 
 void draft_runtime::bind_round_ring(const after_verify_inputs& in) {
@@ -45,6 +54,7 @@ void draft_runtime::bind_round_ring(const after_verify_inputs& in) {
   SPECGRAPH_EXPECTS(in.req_to_token_stride == tables_.req_to_token_stride, "req_to_token_stride",
                     std::to_string(in.req_to_token_stride) + ", the runtime's tables have " +
                         std::to_string(tables_.req_to_token_stride));
+  require_depth(*plan_);
   SPECGRAPH_EXPECTS(in.real_batch == -1 && in.real_batch_at == nullptr, "real_batch",
                     "the device round reads the staged real-batch word; leave real_batch -1 and "
                     "real_batch_at null");
@@ -63,8 +73,9 @@ void draft_runtime::bind_round_ring(const after_verify_inputs& in) {
 
 bool draft_runtime::device_round_wanted() const {
   const bool extend = plan_->layout.extend.enabled();
+  const draft_config& c = plan_->config;
   return plan_->layout.round.enabled() && round_bound_ && source_.staged() &&
-         !plan_->config.device_steps && static_cast<bool>(verify_forward_) &&
+         (!c.device_steps || c.device_depth) && static_cast<bool>(verify_forward_) &&
          (!extend || static_cast<bool>(extend_forward_));
 }
 
@@ -74,7 +85,19 @@ bool draft_runtime::device_round_wanted() const {
 // overwrites with seq_len'.
 void draft_runtime::record_device_round_body(std::int32_t bucket) {
   const draft_config& c = plan_->config;
-  for (std::int32_t s = 0; s < c.num_steps; ++s) record_graph_body(bucket, s);
+  // The draft steps: num_steps step bodies, or with device_depth the round graph's WHILE node
+  // (record_conditional_round) after the round's two per-round control words are reset to a
+  // fresh round's: the step counter and the WHILE body count to 0 (two memset nodes: every launch
+  // starts at step 0, as staging starts it). max_depth and min_confidence stay as staged: the
+  // rounds of back-to-back launches read the last stage()'s. No begin_round: round.order stays
+  // sticky across rounds, and the progress word where the previous launch left it (set up).
+  if (c.device_steps) {
+    ex_->fill_bytes(buffers_.device_step(), 0, sizeof(std::int32_t));
+    ex_->fill_bytes(buffers_.iterations(), 0, sizeof(std::int32_t));
+    record_conditional_round(bucket);
+  } else {
+    for (std::int32_t s = 0; s < c.num_steps; ++s) record_graph_body(bucket, s);
+  }
   record_verify_body(bucket);
   const round_view v = buffers_.round(bucket);
   const round_launch l = after_verify_params(v, round_in_);
@@ -141,13 +164,14 @@ namespace {
 
 void check_launchable(const plan& p, bool bound, bool staged, bool captured, std::int32_t bucket) {
   require_round(p);
+  require_depth(p);
   SPECGRAPH_EXPECTS(bound, "ring", "not bound: call bind_round_ring, then capture()");
   SPECGRAPH_EXPECTS(staged, "inputs",
                     "bound with bind_inputs: the device round needs the staged inputs (stage())");
   if (!captured) {
     throw error(
         "launch_device_round before capture() (with the verify forward, the extend forward "
-        "when draft_extend, and device_steps off): no device-round graphs exist");
+        "when draft_extend, and device_depth if device_steps): no device-round graphs exist");
   }
   if (bucket == 0) throw error("launch_device_round before stage(): no round is staged");
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,12 @@ class dr_rig {
     in.budget = !s.budget.empty();
   }
 
+  // device_depth: the staged round's control words (stage_start), and more work the extend
+  // forward runs after its log (set before capture).
+  std::int32_t max_depth = 0;
+  float min_confidence = -std::numeric_limits<float>::infinity();
+  std::function<void(const extend_view&)> extend_also;
+
   // The extend forward: logs each round at the device counter.
   void set_logger() {
     rt.set_extend_forward([this](const extend_view& v) {
@@ -91,6 +98,7 @@ class dr_rig {
                                  rv.commit.finished,
                                  log.data()};
       v.ex->launch(make_kernel_launch<round_log_kernel>(k, 1, round_log_cuda()));
+      if (extend_also) extend_also(v);
     });
   }
 
@@ -103,6 +111,8 @@ class dr_rig {
     r.req_pool_index = s_.pool.data();
     r.seq_len = s_.seq_len.data();
     r.out_cache_loc = slots.data();
+    r.max_depth = max_depth;
+    r.min_confidence = min_confidence;
     rt.stage(r);
     const round_view v = rt.buffers().round(s_.bucket);
     ex_.copy_to_device(v.allocated_len, s_.allocated_len.data(), s_.allocated_len.size() * 4);

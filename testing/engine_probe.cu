@@ -25,4 +25,10 @@ cuda_rows_fn toy_verify_cuda() {
 cuda_rows_fn round_log_cuda() {
   return &cuda_rows<round_log_kernel>;
 }
+cuda_rows_fn toy_confidence_cuda() {
+  return &cuda_rows<toy_confidence_kernel>;
+}
+cuda_rows_fn depth_log_cuda() {
+  return &cuda_rows<depth_log_kernel>;
+}
 }  // namespace specgraph::testing

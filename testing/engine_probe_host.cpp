@@ -24,4 +24,10 @@ cuda_rows_fn toy_verify_cuda() {
 cuda_rows_fn round_log_cuda() {
   return nullptr;
 }
+cuda_rows_fn toy_confidence_cuda() {
+  return nullptr;
+}
+cuda_rows_fn depth_log_cuda() {
+  return nullptr;
+}
 }  // namespace specgraph::testing

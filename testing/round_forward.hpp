@@ -2,7 +2,9 @@
 // a verify forward that writes the tree, the draft tokens and the target's predictions as a
 // hash of (the row's committed seq_len, its pool row, the node), so acceptance varies round to
 // round, and a logger (run as the extend forward) that appends the round's acceptance and
-// extend inputs to a log at a device round counter. Host+device; test code, not the library's.
+// extend inputs to a log at a device round counter; for the device-decided depth, a draft
+// forward's confidence hashed likewise and a logger of each round's depth. Host+device; test
+// code, not the library's.
 #pragma once
 
 #include <cstdint>
@@ -95,7 +97,63 @@ struct round_log_kernel {
   }
 };
 
+// A draft forward's confidence for the device-decided depth (device_depth): query row q's
+// confidence at the step the device counter holds, a hash of (its request's committed seq_len,
+// its pool row, the step, its branch q % topk) in [0, 1) in steps of 1/1024 (exact in float),
+// so the depth the round graph runs changes from round to round as seq_len advances. A spent
+// counter (outside [0, num_steps)) is no step: nothing is written. One row per query row.
+SPECGRAPH_HD float toy_confidence(std::int64_t seq, std::int64_t pool, std::int64_t step,
+                                  std::int64_t branch) {
+  const std::uint64_t h = toy_hash(seq, pool, step * 64 + branch, 3);
+  return static_cast<float>(h % 1024) / 1024.0f;
+}
+
+struct toy_confidence_kernel {
+  struct params {
+    const std::int32_t* seq_len;         // [bucket]
+    const std::int32_t* req_pool_index;  // [bucket]
+    const std::int32_t* step;            // [1] the device step counter
+    float* confidence;                   // [bucket * topk]
+    std::int32_t* bodies;                // [1] draft forwards run this round, counted here
+    std::int32_t topk;
+    std::int32_t num_steps;
+  };
+  static constexpr const char* name = "toy_confidence";
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t q) {
+    const std::int32_t step = *p.step;
+    if (q == 0) *p.bodies += 1;
+    if (step < 0 || step >= p.num_steps) return;
+    const std::int64_t r = q / p.topk;
+    p.confidence[q] = toy_confidence(p.seq_len[r], p.req_pool_index[r], step, q % p.topk);
+  }
+};
+
+// One thread, after the draft steps (run from the extend forward): log[2 k] = the device step
+// counter (the depth round k ran), log[2 k + 1] = the draft forwards counted this round; the
+// count back to 0, then ++round. Rounds past max_rounds are counted, not logged.
+struct depth_log_kernel {
+  struct params {
+    std::int32_t* round;  // [1]
+    std::int32_t max_rounds;
+    const std::int32_t* step;
+    std::int32_t* bodies;
+    std::int32_t* log;  // [max_rounds][2]
+  };
+  static constexpr const char* name = "depth_log";
+  SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
+    const std::int32_t k = *p.round;
+    *p.round = k + 1;
+    const std::int32_t bodies = *p.bodies;
+    *p.bodies = 0;
+    if (k < 0 || k >= p.max_rounds) return;
+    p.log[2 * static_cast<std::int64_t>(k)] = *p.step;
+    p.log[2 * static_cast<std::int64_t>(k) + 1] = bodies;
+  }
+};
+
 cuda_rows_fn toy_verify_cuda();
 cuda_rows_fn round_log_cuda();
+cuda_rows_fn toy_confidence_cuda();
+cuda_rows_fn depth_log_cuda();
 
 }  // namespace specgraph::testing

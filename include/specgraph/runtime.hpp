@@ -295,15 +295,19 @@ class draft_runtime {
   // Binds the engine's req_to_token (mutable; the very array and stride of engine_tables), the
   // ring and the op's options (after_verify_inputs; real_batch -1: the staged word is read) once,
   // before capture(); then capture() also captures one device-round graph per bucket (with a
-  // verify forward, an extend forward when draft_extend, no device_steps). Throws
-  // invalid_argument naming the field ("round_on_device", "bind_round_ring" after capture(), or
-  // after_verify's). Host work only (allocates the guard summary once): no stream, no sync.
+  // verify forward, an extend forward when draft_extend, device_depth with device_steps).
+  // Throws invalid_argument naming the field ("round_on_device", "device_depth",
+  // "bind_round_ring" after capture(), or after_verify's). Host work only (allocates the guard
+  // summary once): no stream, no sync.
   void bind_round_ring(const after_verify_inputs& in);
   bool round_ring_bound() const noexcept { return round_bound_; }
   // One launch of the staged bucket's device-round graph (draft steps, verify, acceptance,
   // commit, [extend], next round, guard fold), after waiting (on the device) for
   // events.wait_for, before recording events.done. Stream: the executor's; no sync except in
-  // checked mode (then read_round_guards and guard_violation). Refused ("round_on_device",
+  // checked mode (then read_round_guards and guard_violation). With device_depth the draft
+  // steps run as the WHILE node of run_round_on_device, from step 0 each launch, under the
+  // max_depth and min_confidence last staged; the depth each round ran is left in
+  // buffers().device_step() until the next launch. Refused ("round_on_device", "device_depth",
   // "ring"; error before capture() or stage()) with nothing enqueued. Not during capture.
   void launch_device_round(const round_events& events = {});
   // k in [1, 2^20] launches back to back: no sync, no host work between them, none in checked
