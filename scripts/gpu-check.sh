@@ -56,14 +56,15 @@ declare -A BUDGET=(
   [extend]=25         # the draft-extend phase, the newest code: its three C++ binaries' cuda
                       # tests (each at most 8 s), then python/tests/test_extend_cuda.py (a
                       # torch import + CUDA context ~8 s, 100 small rounds)
-  [round]=30          # the round after verify (issue 31): the device-round graph's and the round
-                      # loop's cuda tests first, then acceptance, commit and next round (six
+  [round]=34          # the round after verify (issue 31): the device-round graph's (fixed and
+                      # device depth) and the round loop's cuda tests first, then acceptance,
+                      # commit and next round (seven
                       # binaries, each cut at ROUND_CPP_SECONDS; no torch): a CUDA context ~1 s
                       # and a few s of small cases each; then the main job's round loop at the
                       # LOOP_BATCHES, ~2 s each (all estimated, not measured)
   [tests]=45          # every ctest test (not python.pytest), cuda instances included
-  [run-compare]=15    # two small seeded simulated runs (both formats), a few seconds each
-  [python]=29         # pytest over every python/tests/*_cuda.py but the extend step's, in one
+  [run-compare]=13    # two small seeded simulated runs (both formats), a few seconds each
+  [python]=27         # pytest over every python/tests/*_cuda.py but the extend step's, in one
                       # call (the CPU rest runs in CI): one torch import, ~20 s of tests
   [torch-example]=30  # examples/torch_draft_loop.py, per-step then --device-depth: two torch
                       # imports (~3 s each), captures, 12 rounds each; examples/engine_runner.py
@@ -118,7 +119,9 @@ EXTEND_PYTEST=(python/tests/test_extend_cuda.py)
 # trees, one output short in some, the device real-batch word; the commit's examples; the next
 # round's examples and random rounds with the ring), at SMOKE_PROPERTY_CASES, each at most
 # ROUND_CPP_SECONDS. The benchmarks step times the three chained (bench_round).
-ROUND_CPP=("device_round_test:Executors/DeviceRound.*/cuda" "round_loop_test:Executors/RoundLoop.*/cuda"
+ROUND_CPP=("device_round_test:Executors/DeviceRound.*/cuda"
+           "device_round_depth_test:Executors/DeviceRoundDepth.*/cuda"
+           "round_loop_test:Executors/RoundLoop.*/cuda"
            "accept_test:Executors/AcceptExecutors.*/cuda" "commit_test:Executors/CommitOnExecutor.*/cuda"
            "commit_random_test:Executors/CommitRandomOnExecutor.*/cuda"
            "next_round_test:Executors/NextRoundExecutor.*/cuda")
