@@ -89,11 +89,17 @@ engine::engine(executor& e, const loop_options& o, bool dm)
   const std::int64_t ring_total = pages_per_round * o.rounds;
   const std::int64_t pages = 1 + admission + ring_total;
   kv_slots = pages * ps;
-  const double bytes = 2.0 * static_cast<double>(kv_slots) * hd * 4 +
-                       4.0 * static_cast<double>(pool_rows) * static_cast<double>(width) * 2;
+  // The KV pool, req_to_token (host and device) and the round log (N rounds' draft outputs,
+  // device and the host's copy), in double: no product can overflow.
+  const double bytes =
+      2.0 * static_cast<double>(kv_slots) * hd * 4 +
+      4.0 * static_cast<double>(pool_rows) * static_cast<double>(width) * 2 +
+      2.0 * o.rounds_per_launch * static_cast<double>(bucket_) * o.topk * o.num_steps * hd * 4;
   SPECGRAPH_EXPECTS(bytes <= 16.0 * (1ULL << 30), "rounds",
-                    "the KV pool and tables would take " + std::to_string(bytes / (1 << 20)) +
-                        " MiB (above 16 GiB); lower rounds, batch, max_context or heads");
+                    "the KV pool, tables and round log would take " +
+                        std::to_string(bytes / (1 << 20)) +
+                        " MiB (above 16 GiB); lower rounds, rounds_per_launch, batch, "
+                        "max_context or heads");
   std::vector<std::int32_t> perm(static_cast<std::size_t>(pages - 1));
   std::iota(perm.begin(), perm.end(), 1);
   std::mt19937_64 page_rng(rng());

@@ -160,7 +160,7 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
     device_work(false, [&] { rt_->run_round(opt.num_steps); });
     std::int64_t cells = 0;
     for (std::int32_t r = 0; r < opt.batch; ++r)
-      cells += D * (seq[static_cast<std::size_t>(r)] + D);
+      cells += static_cast<std::int64_t>(D) * (seq[static_cast<std::size_t>(r)] + D);
     const std::vector<std::uint8_t> mask(static_cast<std::size_t>(cells), 0);
     verify_round_inputs vr;
     vr.batch = opt.batch;
@@ -204,13 +204,17 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
       throw error("host-driven round " + std::to_string(k) + ": the ring ran short");
     seq = slice(h.seq_len(), b);
     slots = slice(h.out_cache_loc(), static_cast<std::int64_t>(slots.size()));
+    const std::vector<std::int32_t> old_alloc = allocated;
     allocated = slice(hv.allocated_len, b);
     if (tail_pairs > 0) tail = slice(hv.next.tail_copy, static_cast<std::int64_t>(tail.size()));
-    // The rows the next round allocated: the engine's table as the twin left it.
+    // The positions the next round allocated, [allocated_len before, after) of each row that
+    // took pages (the twin writes no other cell): the engine's table as the twin left it.
     for (std::int32_t r = 0; r < opt.batch; ++r) {
-      const std::int64_t pr = pool[static_cast<std::size_t>(r)];
-      ex.copy_to_device(d_r2t.as<std::int32_t>() + pr * width, h_r2t.data() + pr * width,
-                        static_cast<std::size_t>(width) * 4);
+      const auto u = static_cast<std::size_t>(r);
+      const std::int64_t at = pool[u] * width + old_alloc[u], n = allocated[u] - old_alloc[u];
+      if (n <= 0) continue;
+      ex.copy_to_device(d_r2t.as<std::int32_t>() + at, h_r2t.data() + at,
+                        static_cast<std::size_t>(n) * 4);
     }
     rounds.push_back(std::move(rec));
     const bool step = (k + 1) % opt.rounds_per_launch == 0 || k + 1 == opt.rounds;
