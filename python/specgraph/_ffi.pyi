@@ -62,9 +62,12 @@ def raise_for_test(kind: str, message: str) -> None: ...
 # the stream; enqueued on it, no synchronisation unless stated ------------------------------
 def make_buffers(plan: Plan, arena: Tensor, initialize: bool) -> Buffers: ...
 def initialize(bufs: Buffers, arena: Tensor) -> None: ...
-def stage(bufs: Buffers, arena: Tensor, batch: int, req_pool_indices: Tensor, seq_lens: Tensor,
-          out_cache_loc: Tensor, max_depth: int, min_confidence: float, bucket: int) -> int:
-    """Returns the bucket (bucket 0: the smallest >= batch)."""
+def stage(bufs: Buffers, arena: Tensor, batch: int, req_pool_indices: Optional[Tensor],
+          seq_lens: Optional[Tensor], out_cache_loc: Optional[Tensor], max_depth: int,
+          min_confidence: float, bucket: int) -> int:
+    """Returns the bucket (bucket 0: the smallest >= batch). The three inputs None: the round
+    over the bound inputs begins (controls only; batch and bucket unused; the staged bucket
+    returned unchanged); some None: InvalidArgument naming the first missing one."""
 def round_setup(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor,
                 source: Source) -> None: ...
 def step_metadata(bufs: Buffers, arena: Tensor, bucket: int, step: Optional[int],
@@ -101,13 +104,11 @@ def csr_check_outputs(bufs: Buffers, arena: Tensor, kv_indptr: Tensor,
                       kv_indices: Tensor) -> List[int]:
     """Host checks only: [kv_indices is int64, kv_indptr row stride, kv_indices row stride]."""
 # Into the arena (kv_indptr, kv_indices None) or the engine's outputs (both given; checked as
-# csr_check_outputs checks them); step None: the step the device counter holds.
-def csr_step_indices(bufs: Buffers, arena: Tensor, bucket: int, step: Optional[int],
-                     req_to_token: Tensor, kv_indptr: Optional[Tensor],
-                     kv_indices: Optional[Tensor], source: Source) -> None: ...
-def csr_round_indices(bufs: Buffers, arena: Tensor, bucket: int, req_to_token: Tensor,
-                      kv_indptr: Optional[Tensor], kv_indices: Optional[Tensor],
-                      source: Source) -> None: ...
+# csr_check_outputs checks them); step None: the step the device counter holds, or with
+# whole_round every step of the round (a step with whole_round: InvalidArgument "step").
+def csr_indices(bufs: Buffers, arena: Tensor, bucket: int, step: Optional[int],
+                whole_round: bool, req_to_token: Tensor, kv_indptr: Optional[Tensor],
+                kv_indices: Optional[Tensor], source: Source) -> None: ...
 def kv_indices_used_host(seq_len: Tensor, req_pool_index: Tensor, req_to_token: Tensor, topk: int,
                          num_steps: int, page_size: int, entry_page_size: int, window: int,
                          sink: int, slot_stride: int, slot_limit: int, int64: bool) -> List[int]:
@@ -177,4 +178,3 @@ def bind_inputs(bufs: Buffers, pool: Tensor, seq: Tensor, slots: Tensor,
                 real_batch: Optional[Tensor]) -> tvm_ffi.Object:
     """Host checks only: InvalidArgument naming the tensor, its dtype, shape and strides; the
     checked source the round ops take (held with the tensors)."""
-def begin_round(bufs: Buffers, arena: Tensor, max_depth: int, min_confidence: float) -> None: ...

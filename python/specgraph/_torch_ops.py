@@ -50,11 +50,11 @@ _TARGET = "Tensor(b!)? kv_indptr=None, Tensor(c!)? kv_indices=None"
 
 SCHEMAS = {
     "initialize_": "initialize_(Tensor(a!) arena, int handle) -> ()",
-    "stage_": "stage_(Tensor(a!) arena, int handle, int bs, Tensor req_pool_indices, "
-              "Tensor seq_lens, Tensor out_cache_loc, int max_depth, float min_confidence, "
+    # the three inputs None: a round over the bound inputs starts (begin_round_), the round's
+    # controls written, bs and bucket unused
+    "stage_": "stage_(Tensor(a!) arena, int handle, int bs, Tensor? req_pool_indices, "
+              "Tensor? seq_lens, Tensor? out_cache_loc, int max_depth, float min_confidence, "
               "int bucket=0) -> ()",
-    "begin_round_": "begin_round_(Tensor(a!) arena, int handle, int max_depth, "
-                    "float min_confidence) -> ()",
     "round_setup_": "round_setup_(Tensor(a!) arena, int handle, int bucket, "
                     f"Tensor req_to_token, {_SOURCE}) -> ()",
     # step None: the step the device counter holds (step_metadata_device_)
@@ -66,12 +66,11 @@ SCHEMAS = {
     "count_violations_": "count_violations_(Tensor arena, int handle, Tensor(a!) out) -> ()",
     "check_guards": "check_guards(Tensor arena, int handle, int bucket) -> ()",
     # CSR draft-decode indices (specgraph.csr) into the arena or the engine's outputs (the
-    # arena's guard words and scratch are written too); step None: the device counter's step
-    # (csr_indices_device_).
-    "csr_step_indices_": "csr_step_indices_(Tensor(a!) arena, int handle, int bucket, int? step, "
-                         f"Tensor req_to_token, {_TARGET}, {_SOURCE}) -> ()",
-    "csr_round_indices_": "csr_round_indices_(Tensor(a!) arena, int handle, int bucket, "
-                          f"Tensor req_to_token, {_TARGET}, {_SOURCE}) -> ()",
+    # arena's guard words and scratch are written too): step `step` (csr_step_indices_), step
+    # None the device counter's step (csr_indices_device_) or, with whole_round, every step
+    # (csr_round_indices_).
+    "csr_indices_": "csr_indices_(Tensor(a!) arena, int handle, int bucket, int? step, "
+                    f"bool whole_round, Tensor req_to_token, {_TARGET}, {_SOURCE}) -> ()",
     # Target-verify metadata (specgraph.verify) into the caller's tensors: the FA3 set (8 or
     # none), the FlashInfer set (7 or none), the guard words and the optional scratch.
     "verify_metadata_": "verify_metadata_(Tensor req_to_token, Tensor req_pool_indices, "
@@ -158,18 +157,11 @@ def _step_metadata(obj: Any, arena: Any, bucket: int, step: Any, pool: Any = Non
     _ffi.step_metadata(obj, arena, bucket, step, _source(obj, pool, seq, slots, rb, inputs))
 
 
-def _csr_step(obj: Any, arena: Any, bucket: int, step: Any, r2t: Any, ip: Any = None,
-              ix: Any = None, pool: Any = None, seq: Any = None, slots: Any = None,
-              rb: Any = None, inputs: int = 0) -> None:
-    _ffi.csr_step_indices(obj, arena, bucket, step, r2t, ip, ix,
-                          _source(obj, pool, seq, slots, rb, inputs))
-
-
-def _csr_round(obj: Any, arena: Any, bucket: int, r2t: Any, ip: Any = None, ix: Any = None,
-               pool: Any = None, seq: Any = None, slots: Any = None, rb: Any = None,
-               inputs: int = 0) -> None:
-    _ffi.csr_round_indices(obj, arena, bucket, r2t, ip, ix,
-                           _source(obj, pool, seq, slots, rb, inputs))
+def _csr_indices(obj: Any, arena: Any, bucket: int, step: Any, whole_round: bool, r2t: Any,
+                 ip: Any = None, ix: Any = None, pool: Any = None, seq: Any = None,
+                 slots: Any = None, rb: Any = None, inputs: int = 0) -> None:
+    _ffi.csr_indices(obj, arena, bucket, step, whole_round, r2t, ip, ix,
+                     _source(obj, pool, seq, slots, rb, inputs))
 
 
 def _obj(handle: int) -> Any:
@@ -285,15 +277,13 @@ def _nothing(*args: Any) -> None:
 _IMPLS = {
     "initialize_": _on_arena(_ffi.initialize),
     "stage_": _on_arena(_stage),
-    "begin_round_": _on_arena(_ffi.begin_round),
     "round_setup_": _on_arena(_round_setup),
     "step_metadata_": _on_arena(_step_metadata),
     "advance_step_": _on_arena(_ffi.advance_step),
     "sparse_stage_": _on_arena(_ffi.sparse_stage),
     "count_violations_": _on_arena(_ffi.count_violations, writes=False),
     "check_guards": _on_arena(_ffi.check_guards, writes=False),
-    "csr_step_indices_": _on_arena(_csr_step),
-    "csr_round_indices_": _on_arena(_csr_round),
+    "csr_indices_": _on_arena(_csr_indices),
     "verify_metadata_": _torch_impl,
     "extend_metadata_": _extend_impl,
     "extend_arena_": _on_arena(_ffi.extend_arena),

@@ -108,7 +108,7 @@ def csr_step_indices_(bufs: Buffers, bucket: int, step: int, req_to_token: Any,
     bucket, step = _ops.ready(bufs)._bucket(bucket), bufs._step(step)
     _csr_plan(bufs)
     req_to_token = _ops.tensor(bufs, "req_to_token", req_to_token)
-    _ops.run_from(_source(inputs), bufs, "csr_step_indices_", bucket, step, req_to_token,
+    _ops.run_from(_source(inputs), bufs, "csr_indices_", bucket, step, False, req_to_token,
                   *_target(out))
 
 
@@ -119,7 +119,7 @@ def csr_round_indices_(bufs: Buffers, bucket: int, req_to_token: Any,
     bucket = _ops.ready(bufs)._bucket(bucket)
     _csr_plan(bufs)
     req_to_token = _ops.tensor(bufs, "req_to_token", req_to_token)
-    _ops.run_from(_source(inputs), bufs, "csr_round_indices_", bucket, req_to_token,
+    _ops.run_from(_source(inputs), bufs, "csr_indices_", bucket, None, True, req_to_token,
                   *_target(out))
 
 
@@ -136,8 +136,8 @@ def csr_indices_device_(bufs: Buffers, bucket: int, req_to_token: Any,
         raise InvalidArgument("device_steps: false: the plan has no device step counter (use "
                               "csr_step_indices_)", field="device_steps")
     req_to_token = _ops.tensor(bufs, "req_to_token", req_to_token)
-    # torch.ops.specgraph.csr_step_indices_ with step None: the device counter's step
-    _ops.run_from(_source(inputs), bufs, "csr_step_indices_", bucket, None, req_to_token,
+    # torch.ops.specgraph.csr_indices_ with step None: the device counter's step
+    _ops.run_from(_source(inputs), bufs, "csr_indices_", bucket, None, False, req_to_token,
                   *_target(out))
 
 

@@ -133,4 +133,5 @@ def begin_round_(bufs: Buffers, max_depth: int = 0,
     _ops.ready(bufs)
     max_depth = _check.index("max_depth", max_depth)
     min_confidence = _check.real("min_confidence", min_confidence)
-    _ops.run(bufs, "begin_round_", max_depth, min_confidence)
+    # stage_ without inputs: the round's controls only (the inputs are bound)
+    _ops.run(bufs, "stage_", 0, None, None, None, max_depth, min_confidence, 0)

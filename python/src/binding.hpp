@@ -185,6 +185,7 @@ enum class op_id : int {
   csr_step_indices,
   csr_round_indices,
   csr_indices_device,
+  begin_round,
   count
 };
 void set_nvtx_enabled(bool on);

@@ -140,36 +140,28 @@ ffi::Array<std::int64_t> csr_check_outputs(buffers_ref b, ffi::TensorView arena,
           out.kv_indices_stride};
 }
 
-// One step's indices (step None: the step the device counter holds, device_steps plans) from
-// the round's source into its target: the arena's CSR buffers, or the engine's kv_indptr /
-// kv_indices given both.
-void csr_step_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                 ffi::Optional<std::int64_t> step, ffi::TensorView req_to_token,
-                 opt_tensor kv_indptr, opt_tensor kv_indices, source_arg source) {
-  op_range r(step.has_value() ? op_id::csr_step_indices : op_id::csr_indices_device);
+// The CSR draft-decode indices from the source into the target: step `step`, the step the
+// device counter holds (step None), or every step of the round (whole, step None).
+void csr_indices_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
+                    ffi::Optional<std::int64_t> step, bool whole, ffi::TensorView req_to_token,
+                    opt_tensor kv_indptr, opt_tensor kv_indices, source_arg source) {
+  if (whole) {
+    SPECGRAPH_EXPECTS(!step.has_value(), "step",
+                      "given with whole_round: the whole round is every step; pass step None");
+  }
+  op_range r(whole              ? op_id::csr_round_indices
+             : step.has_value() ? op_id::csr_step_indices
+                                : op_id::csr_indices_device);
   const draft_buffers bufs = buffers_of(b, arena);
   check_csr_plan(*b->plan);
   const engine_tables tables = tables_of(b, req_to_token);
   const csr_target out = target_of(b, kv_indptr, kv_indices, bufs.base(), req_to_token);
   const round_source in = source_of(b, source);
   const std::int32_t at = int32_arg("bucket", bucket);
-  const round_step s =
-      step.has_value() ? round_step(int32_arg("step", step.value())) : at_device_step;
+  const round_step s = whole              ? specgraph::whole_round
+                       : step.has_value() ? round_step(int32_arg("step", step.value()))
+                                          : at_device_step;
   csr_indices(executor_for(b->device), bufs, at, s, tables, out, in);
-}
-
-// Every step of the round at once, from the source into the target (as csr_step_op).
-void csr_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
-                  ffi::TensorView req_to_token, opt_tensor kv_indptr, opt_tensor kv_indices,
-                  source_arg source) {
-  op_range r(op_id::csr_round_indices);
-  const draft_buffers bufs = buffers_of(b, arena);
-  check_csr_plan(*b->plan);
-  const engine_tables tables = tables_of(b, req_to_token);
-  const csr_target out = target_of(b, kv_indptr, kv_indices, bufs.base(), req_to_token);
-  const round_source in = source_of(b, source);
-  csr_indices(executor_for(b->device), bufs, int32_arg("bucket", bucket), whole_round, tables, out,
-              in);
 }
 
 // ---- specgraph.metadata.draft_kv_indices: the kernels' host twin on host arrays ---------------
@@ -327,8 +319,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
   refl::GlobalDef()
       .def("specgraph.csr_check_outputs", checked<&csr_check_outputs>::call)
-      .def("specgraph.csr_step_indices", checked<&csr_step_op>::call)
-      .def("specgraph.csr_round_indices", checked<&csr_round_op>::call)
+      .def("specgraph.csr_indices", checked<&csr_indices_op>::call)
       .def("specgraph.kv_indices_used_host", checked<&kv_indices_used_host>::call)
       .def("specgraph.kv_indices_run_host", checked<&kv_indices_run_host>::call);
 }

@@ -138,21 +138,12 @@ inputs_ref bind_inputs(buffers_ref b, ffi::Tensor req_pool_indices, ffi::Tensor 
   return inputs_ref(std::move(n));
 }
 
-void begin_round_op(buffers_ref b, ffi::TensorView arena, std::int64_t max_depth,
-                    double min_confidence) {
-  const draft_buffers bufs = buffers_of(b, arena);
-  begin_round(executor_for(b->device), bufs, int32_arg("max_depth", max_depth),
-              static_cast<float>(min_confidence));
-}
-
 }  // namespace
 
 TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
   refl::ObjectDef<inputs_obj>();
-  refl::GlobalDef()
-      .def("specgraph.bind_inputs", checked<&bind_inputs>::call)
-      .def("specgraph.begin_round", checked<&begin_round_op>::call);
+  refl::GlobalDef().def("specgraph.bind_inputs", checked<&bind_inputs>::call);
 }
 
 }  // namespace specgraph::python

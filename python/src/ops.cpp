@@ -139,12 +139,31 @@ void check_host_contents(const draft_config& c, std::int32_t batch, const ffi::T
   }
 }
 
-std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch,
-                   ffi::TensorView req_pool_indices, ffi::TensorView seq_lens,
-                   ffi::TensorView out_cache_loc, std::int64_t max_depth, double min_confidence,
-                   std::int64_t bucket) {
-  op_range r(op_id::stage);
+// The round's start. With the three inputs: they are copied into the static inputs of `bucket`
+// (stage_round); with none (the engine's inputs bound, read in place): only the round's
+// controls (begin_round), `batch` and `bucket` unused. Returns the staged bucket.
+std::int64_t stage(buffers_ref b, ffi::TensorView arena, std::int64_t batch, opt_tensor pool_in,
+                   opt_tensor seq_in, opt_tensor slots_in, std::int64_t max_depth,
+                   double min_confidence, std::int64_t bucket) {
+  const bool begins = !pool_in.has_value() && !seq_in.has_value() && !slots_in.has_value();
+  op_range r(begins ? op_id::begin_round : op_id::stage);
   const draft_buffers bufs = buffers_of(b, arena);
+  if (begins) {
+    begin_round(executor_for(b->device), bufs, int32_arg("max_depth", max_depth),
+                to_float(min_confidence));
+    return b->staged_bucket;
+  }
+  const auto given = [](const opt_tensor& t, const char* field) {
+    SPECGRAPH_EXPECTS(t.has_value(), field,
+                      "None, but other inputs were given: stage the three inputs, or none of "
+                      "them to begin a round over the bound inputs");
+  };
+  given(pool_in, "req_pool_indices");
+  given(seq_in, "seq_lens");
+  given(slots_in, "out_cache_loc");
+  const ffi::Tensor pool_held = pool_in.value(), seq_held = seq_in.value(),
+                    slots_held = slots_in.value();
+  const ffi::TensorView req_pool_indices(pool_held), seq_lens(seq_held), out_cache_loc(slots_held);
   const draft_config& c = b->plan->config;
   SPECGRAPH_EXPECTS(
       batch >= 0 && batch <= c.max_batch, "bs",

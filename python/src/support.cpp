@@ -183,7 +183,8 @@ struct nvtx_names {
                           "advance_step_",
                           "csr_step_indices_",
                           "csr_round_indices_",
-                          "csr_indices_device_"};
+                          "csr_indices_device_",
+                          "begin_round_"};
     static_assert(sizeof(text) / sizeof(text[0]) == static_cast<std::size_t>(op_id::count),
                   "one NVTX name per op_id");
     for (int i = 0; i < static_cast<int>(op_id::count); ++i) {

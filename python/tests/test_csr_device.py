@@ -177,7 +177,7 @@ def test_device_csr_ops_pass_opcheck():
     z = torch.zeros(cfg.max_batch * cfg.topk * cfg.num_steps, dtype=torch.int64)
     specgraph.stage_(bufs, 0, z, z, z, bucket=6)
     specgraph.round_setup_(bufs, 6, r2t)
-    # csr_indices_device_ is csr_step_indices_ with step None (the device counter's step)
-    torch.library.opcheck(ops.csr_step_indices_.default, (arena, bufs.handle, 6, None, r2t))
-    torch.library.opcheck(ops.csr_step_indices_.default,
-                          (arena, bufs.handle, 6, None, r2t, ip, ix))
+    # csr_indices_device_ is csr_indices_ with step None (the device counter's step)
+    torch.library.opcheck(ops.csr_indices_.default, (arena, bufs.handle, 6, None, False, r2t))
+    torch.library.opcheck(ops.csr_indices_.default,
+                          (arena, bufs.handle, 6, None, False, r2t, ip, ix))

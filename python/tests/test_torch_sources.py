@@ -101,8 +101,9 @@ def test_bound_ops_go_through_torch_ops_and_equal_the_references():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         engine_round(bufs, 5, inputs, out, eng.r2t)
     names = {e.name for e in prof.events()}
-    assert {"specgraph::begin_round_", "specgraph::round_setup_", "specgraph::step_metadata_",
-            "specgraph::csr_step_indices_"} <= names, names
+    # begin_round_ is stage_ without inputs
+    assert {"specgraph::stage_", "specgraph::round_setup_", "specgraph::step_metadata_",
+            "specgraph::csr_indices_"} <= names, names
     check_against_references(bufs, eng, 5)
     # The staged inputs of the arena were never read or written: still zero.
     assert not bufs.req_pool_index.any() and not bufs.out_cache_loc.any()
@@ -125,8 +126,16 @@ def test_bound_inputs_are_checked_once_not_per_op_call(monkeypatch):
         torch.ops.specgraph.step_metadata_(arena, bufs.handle, 2, 0, eng.pool, None, eng.slots)
     assert e.value.field == "seq_lens"
     with pytest.raises(specgraph.InvalidArgument) as e:  # the engine's outputs: both or neither
-        torch.ops.specgraph.csr_round_indices_(arena, bufs.handle, 2, eng.r2t, eng.ip, None)
+        torch.ops.specgraph.csr_indices_(arena, bufs.handle, 2, None, True, eng.r2t, eng.ip, None)
     assert e.value.field == "kv_indices"
+    before = arena.clone()
+    with pytest.raises(specgraph.InvalidArgument) as e:  # a step with the whole round
+        torch.ops.specgraph.csr_indices_(arena, bufs.handle, 2, 1, True, eng.r2t)
+    assert e.value.field == "step" and "whole_round" in str(e.value)
+    with pytest.raises(specgraph.InvalidArgument) as e:  # stage_: the three inputs or none
+        torch.ops.specgraph.stage_(arena, bufs.handle, 1, eng.pool, None, eng.slots, 0, 0.0)
+    assert e.value.field == "seq_lens" and "none of them" in str(e.value)
+    assert torch.equal(arena, before)  # nothing written
 
 
 @pytest.mark.parametrize("device_steps", [False, True])
@@ -139,20 +148,21 @@ def test_bound_ops_pass_opcheck(device_steps):
     specgraph.begin_round_(bufs)
     specgraph.round_setup_(bufs, 5, eng.r2t, inputs=inputs)
     step = None if device_steps else 1  # None: the device counter's step
-    calls = [(ops.begin_round_.default, (arena, h, 2, 0.5)),
+    calls = [(ops.stage_.default, (arena, h, 0, None, None, None, 2, 0.5)),  # begin_round_
              (ops.round_setup_.default, (arena, h, 5, eng.r2t, *src)),
              (ops.round_setup_.default, (arena, h, 5, eng.r2t, *src[:4], 0)),  # no handle
              (ops.step_metadata_.default, (arena, h, 5, step, *src)),
-             (ops.csr_step_indices_.default, (arena, h, 5, step, eng.r2t, eng.ip, eng.ix, *src)),
-             (ops.csr_step_indices_.default, (arena, h, 5, step, eng.r2t, None, None, *src))]
-    if not device_steps:
-        calls.append((ops.csr_round_indices_.default,
-                      (arena, h, 5, eng.r2t, eng.ip, eng.ix, *src)))
+             (ops.csr_indices_.default,
+              (arena, h, 5, step, False, eng.r2t, eng.ip, eng.ix, *src)),
+             (ops.csr_indices_.default, (arena, h, 5, step, False, eng.r2t, None, None, *src))]
+    if not device_steps:  # the whole round
+        calls.append((ops.csr_indices_.default,
+                      (arena, h, 5, None, True, eng.r2t, eng.ip, eng.ix, *src)))
     for op, args in calls:
         torch.library.opcheck(op, args)
     schema = str(ops.round_setup_.default._schema)
     assert "Tensor? req_pool_indices=None" in schema and "Tensor? real_batch=None" in schema
-    schema = str(ops.csr_step_indices_.default._schema)
+    schema = str(ops.csr_indices_.default._schema)
     assert "Tensor(b!)? kv_indptr=None" in schema and "Tensor(c!)? kv_indices=None" in schema
 
 
@@ -172,8 +182,8 @@ def test_torch_compile_fullgraph_round_with_bound_inputs():
         return eng.ix[2, :8] + 1
 
     got = torch.compile(round_fn, backend=backend, fullgraph=True)(eng.r2t)
-    assert {"specgraph.begin_round_.default", "specgraph.round_setup_.default",
-            "specgraph.step_metadata_.default", "specgraph.csr_step_indices_.default"} <= {
+    assert {"specgraph.stage_.default", "specgraph.round_setup_.default",
+            "specgraph.step_metadata_.default", "specgraph.csr_indices_.default"} <= {
         s.replace("specgraph::", "specgraph.") for s in seen}, seen
     check_against_references(bufs, eng, 5)
     assert torch.equal(got, eng.ix[2, :8] + 1)
