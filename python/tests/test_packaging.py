@@ -38,3 +38,15 @@ def test_the_licence_is_apache_2_in_spdx_form_with_its_text():
     text = (ROOT / "LICENSE").read_text()
     assert text.split()[:5] == ["Apache", "License", "Version", "2.0,", "January"], text[:200]
     assert "END OF TERMS AND CONDITIONS" in text and len(text.splitlines()) == 202
+
+
+def test_the_readme_names_every_public_header_and_stays_short():
+    """The README is the front door: its "Where things are" names every public header, in at
+    most 250 lines (issue 29)."""
+    text = (ROOT / "README.md").read_text()
+    where = text[text.index("## Where things are"):text.index("## Licence")]
+    headers = sorted(p.name for p in (ROOT / "include" / "specgraph").iterdir())
+    assert headers, "no public headers found"
+    missing = [h for h in headers if f"`{h}`" not in where]
+    assert not missing, missing
+    assert len(text.splitlines()) <= 250, len(text.splitlines())
