@@ -16,9 +16,8 @@
 // Slice-before-scatter: graph(B, s) reads only the first d = s + 1 slots of each out_cache_loc
 // row, into a page table d + 1 columns wide, so no input can make it write past a row.
 //
-// Streams: everything is enqueued on the executor's stream; give it the engine's stream with
-// make_cuda_executor(stream) and the graphs are captured on, and replayed on, that stream.
-// Threading: one runtime per executor; not thread-safe.
+// Streams: everything is enqueued on the executor's stream (make_cuda_executor(stream): the
+// engine's), where the graphs are captured and replayed. One runtime per executor; not thread-safe.
 #pragma once
 
 #include <cstdint>
