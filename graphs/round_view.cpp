@@ -44,6 +44,7 @@ round_view draft_buffers::round(std::int32_t bucket) const {
   a.seq_len = seq_len();
   a.batch = a.real_batch = bucket;
   a.real_batch_at = real_batch();
+  a.idle = i32(round_finished);  // a finished row left in place is idle (section 4)
   a.draft_tokens = d;
   a.num_steps = c.num_steps;
   a.accept_index = i32(round_accept_index);
@@ -69,6 +70,7 @@ round_view draft_buffers::round(std::int32_t bucket) const {
   m.max_new_tokens_left = v.max_new_tokens_left;
   m.batch = m.real_batch = bucket;
   m.real_batch_at = real_batch();
+  m.idle = i32(round_finished);  // in place: the flags stay until the engine clears them
   m.draft_tokens = d;
   m.num_steps = c.num_steps;
   m.topk = c.topk;

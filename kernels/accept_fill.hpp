@@ -1,6 +1,6 @@
 // Per-request code of greedy tree acceptance (docs/accept.md), part 2: the one pass. Thread r <
 // batch checks request r (when real), walks its tree and writes every output cell of its row;
-// a padding row (past the real batch, or refused by the check) accepts nothing. Thread batch
+// a padding row (past the real batch, idle, or refused by the check) accepts nothing. Thread batch
 // records a clamped real-batch word. Each output cell is stored once, through checked_store.
 #pragma once
 
@@ -31,7 +31,7 @@ struct accept_kernel {
       }
       return;
     }
-    bool padded = r >= real;
+    bool padded = r >= real || (p.idle != nullptr && p.idle[r] != 0);
     if (!padded) {
       const accept_fault f = accept_check(p, r);
       if (f.column != -4) {

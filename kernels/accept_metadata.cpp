@@ -90,6 +90,7 @@ void validate_contents_host(const accept_params& p) {
   validate(p);
   const std::int64_t d = p.draft_tokens;
   for (std::int32_t r = 0; r < p.real_batch; ++r) {
+    if (p.idle != nullptr && p.idle[r] != 0) continue;
     between(indexed("seq_len", r), p.seq_len[r], 0, limits::max_context_len, "the limit");
     const std::int32_t* parent = p.parent + r * d;
     if (parent[0] != -1) {

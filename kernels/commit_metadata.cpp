@@ -90,6 +90,7 @@ void validate_contents_host(const commit_params& p) {
   validate(p);
   const std::int64_t d = p.draft_tokens, s = static_cast<std::int64_t>(p.num_steps) + 1;
   for (std::int32_t r = 0; r < p.real_batch; ++r) {
+    if (p.idle != nullptr && p.idle[r] != 0) continue;
     const std::int64_t seq_len = p.seq_len[r];
     between(indexed("seq_len", r), seq_len, 1, limits::max_context_len, "the limit");
     detail::in_range(indexed("req_pool_index", r), p.req_pool_index[r], 0, p.pool_rows,

@@ -2,9 +2,11 @@
 // rules of one request, and the one pass. Host+device; one logical thread per request, a few
 // registers, no scratch. Thread r < batch checks request r (when real) and writes every output
 // cell of its row; a padding row (past the real batch, or refused by the check) moves nothing and
-// does not finish. Thread batch records a clamped real-batch word. Every output cell is stored
-// once, through checked_store; the budget (max_new_tokens_left, in-place state) of a real row
-// the check passed is decremented in place by its emit_len.
+// does not finish; an idle row (finished earlier, left in place) moves nothing and writes only
+// kv_move, so its finish cells keep the round it finished in. Thread batch records a clamped
+// real-batch word. Every output cell is stored once, through checked_store; the budget
+// (max_new_tokens_left, in-place state) of a real row the check passed is decremented in place by
+// its emit_len.
 //
 // Costs per request: the check reads c + 1 <= D accept_index entries; the moves read at most
 // 2 * num_steps req_to_token slots; the finish compares a <= D output tokens with every stop id
@@ -166,7 +168,10 @@ struct commit_kernel {
       }
       return;
     }
-    bool padded = r >= real;
+    // An idle row reads as padding but keeps its finish cells (commit_params::idle): read
+    // before any store, since idle may alias finished.
+    const bool idle = r < real && p.idle != nullptr && p.idle[r] != 0;
+    bool padded = r >= real || idle;
     if (!padded) {
       const commit_fault f = commit_check(p, r);
       if (f.column != commit_col_none) {
@@ -209,6 +214,7 @@ struct commit_kernel {
     if (!padded && p.max_new_tokens_left != nullptr) {
       p.max_new_tokens_left[r] -= f.emit_len;
     }
+    if (idle) return;
     if (p.finished != nullptr) {
       checked_store(p.finished, r, cap(p.finished_capacity), f.finished, g, out, r);
     }

@@ -17,6 +17,9 @@ struct accept_case {
   // [B][D]; rows past the real batch hold junk (never read but seq_len, copied).
   std::vector<std::int32_t> parent, draft, target;
   std::vector<std::int32_t> seq_len;  // [B]
+  // [B], or empty: a real row with a nonzero cell is idle (finished earlier, left in place) and
+  // written as padding.
+  std::vector<std::int32_t> idle;
 };
 
 struct accept_expect {
@@ -34,7 +37,8 @@ inline accept_expect accept_reference(const accept_case& c) {
   e.accept_tokens.assign(static_cast<std::size_t>(B * D), 0);
   for (std::int64_t r = 0; r < B; ++r) {
     std::vector<std::int32_t>& path = e.path[static_cast<std::size_t>(r)];
-    if (r < c.real_batch) {
+    const bool idle = !c.idle.empty() && c.idle[static_cast<std::size_t>(r)] != 0;
+    if (r < c.real_batch && !idle) {
       // children[u]: the nodes whose parent is u, in increasing order.
       std::vector<std::vector<std::int64_t>> children(static_cast<std::size_t>(D));
       for (std::int64_t i = 1; i < D; ++i) {

@@ -1,6 +1,7 @@
 // Checks of a commit's outputs against the independent reference (tests/commit_reference.hpp):
-// every cell below the capacity as the reference says, every cell past it poisoned; guard[1] the
-// lowest refused store (one output short at most) and guard[0] clean. And the move order: the
+// every cell below the capacity as the reference says, every cell past it and every finish cell
+// of an idle row poisoned; guard[1] the lowest refused store (one output short at most) and
+// guard[0] clean. And the move order: the
 // pairs applied one at a time in increasing window row to a fake KV array bring node n_k's data
 // to position seq_len + k.
 #pragma once
@@ -45,26 +46,42 @@ inline void expect_commit_matches(const commit_case& c, const commit_outputs& o)
   std::int64_t exact[commit_output_count];
   commit_exact(c, exact);
   std::int64_t refused = 0;
+  // The cells the commit stores: every kv_move cell; a finish cell (outputs 1 .. 4, one per
+  // request) unless its row is idle.
+  std::vector<bool> idle(static_cast<std::size_t>(c.bucket), false);
+  for (std::int64_t r : e.idle_rows) idle[static_cast<std::size_t>(r)] = true;
   for (int i = 0; i < commit_output_count; ++i) {
     const std::vector<std::int64_t>& want = commit_expected(e, i);
     ASSERT_EQ(static_cast<std::int64_t>(want.size()), exact[i]) << commit_output_names[i];
     const std::vector<std::int32_t>& got = o.cells[i];
+    auto writes = [&](std::int64_t k) {
+      return k < exact[i] && (i == 0 || !idle[static_cast<std::size_t>(k)]);
+    };
+    std::int64_t first_refused = -1, refused_here = 0;
     for (std::size_t k = 0; k < got.size(); ++k) {
-      const bool stored = static_cast<std::int64_t>(k) < std::min(o.capacity[i], exact[i]);
+      const auto kk = static_cast<std::int64_t>(k);
+      const bool stored = writes(kk) && kk < o.capacity[i];
       ASSERT_EQ(got[k], stored ? want[k] : commit_poison)
           << commit_output_names[i] << "[" << k << "]";
     }
+    for (std::int64_t k = o.capacity[i]; k < exact[i]; ++k) {
+      if (!writes(k)) continue;
+      if (first_refused < 0) first_refused = k;
+      ++refused_here;
+    }
     if (o.capacity[i] < exact[i]) {
       ASSERT_EQ(refused, 0) << "the test shortens one output at most";
-      refused = exact[i] - o.capacity[i];
+      refused = refused_here;
+    }
+    if (first_refused >= 0) {
       const guard_word& g = o.guard[1];
-      const auto cap = static_cast<std::size_t>(o.capacity[i]);
+      const auto at = static_cast<std::size_t>(first_refused);
       EXPECT_EQ(g.kernel, static_cast<int>(kernel_id::commit_outputs));
       EXPECT_EQ(g.kind, static_cast<int>(violation_kind::capacity));
-      EXPECT_EQ(g.row, o.capacity[i] / commit_row_width(c, i)) << commit_output_names[i];
-      EXPECT_EQ(g.column, o.capacity[i]) << commit_output_names[i];
+      EXPECT_EQ(g.row, first_refused / commit_row_width(c, i)) << commit_output_names[i];
+      EXPECT_EQ(g.column, first_refused) << commit_output_names[i];
       EXPECT_EQ(g.capacity, o.capacity[i]) << commit_output_names[i];
-      EXPECT_EQ(g.value, want[cap]) << commit_output_names[i];
+      EXPECT_EQ(g.value, want[at]) << commit_output_names[i];
     }
   }
   EXPECT_EQ(o.guard[1].violations, refused) << describe(o.guard[1]);

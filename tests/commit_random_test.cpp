@@ -52,8 +52,16 @@ commit_case random_case(std::mt19937_64& rng) {
   }
   c.has_budget = (mode & 2) != 0;
   const std::int64_t D = c.nodes, S = c.steps + 1;
+  // In one case in four, idle flags: a real row with a nonzero flag (one in three) holds junk,
+  // a budget of 0 included, and is neither read nor given finish cells; padding rows' flags are
+  // junk too, never read.
+  const bool flags = rng() % 4 == 0;
+  for (std::int32_t r = 0; r < c.bucket && flags; ++r) {
+    c.idle.push_back(r >= c.real_batch ? pick(-3, 3) : (rng() % 3 == 0 ? pick(1, 3) : 0));
+  }
   for (std::int32_t r = 0; r < c.bucket; ++r) {
-    if (r >= c.real_batch) {  // junk: a padding row is never read
+    if (r >= c.real_batch || (flags && c.idle[static_cast<std::size_t>(r)] != 0)) {
+      // junk: a padding or idle row is never read
       for (std::int64_t k = 0; k < S; ++k) c.accept_index.push_back(pick(-5, 100));
       for (std::int64_t j = 0; j < D; ++j) c.accept_tokens.push_back(pick(-5, 100));
       c.accept_length.push_back(pick(-5, 100));
@@ -102,6 +110,7 @@ TEST(CommitRandom, EveryCellAgainstTheReference) {
   auto ex = make_host_executor();
   const int cases = property_cases(200000);
   std::int64_t rows = 0, finished = 0, moves = 0, chains = 0, short_runs = 0, spare_runs = 0;
+  std::int64_t idle_rows = 0;
   for (int i = 0; i < cases; ++i) {
     const commit_case c = random_case(rng);
     SCOPED_TRACE("case " + std::to_string(i));
@@ -131,7 +140,9 @@ TEST(CommitRandom, EveryCellAgainstTheReference) {
       }
     }
     for (std::int32_t r = 0; r < c.real_batch && r < o.capacity[1]; ++r) {
-      finished += o.cells[1][static_cast<std::size_t>(r)];
+      const bool is_idle = !c.idle.empty() && c.idle[static_cast<std::size_t>(r)] != 0;
+      idle_rows += is_idle ? 1 : 0;
+      if (!is_idle) finished += o.cells[1][static_cast<std::size_t>(r)];
     }
   }
   // The cases exercised what they claim (at the default case count).
@@ -140,10 +151,12 @@ TEST(CommitRandom, EveryCellAgainstTheReference) {
     EXPECT_GT(finished, rows / 10);
     EXPECT_LT(finished, rows);
     EXPECT_GT(moves, 0);
+    EXPECT_GT(idle_rows, rows / 50) << "too few idle rows";
   }
   RecordProperty("rows", std::to_string(rows));
   RecordProperty("finished", std::to_string(finished));
   RecordProperty("moves", std::to_string(moves));
+  RecordProperty("idle_rows", std::to_string(idle_rows));
   RecordProperty("order_sensitive_rows", std::to_string(chains));
   RecordProperty("short_runs", std::to_string(short_runs));
   RecordProperty("spare_runs", std::to_string(spare_runs));

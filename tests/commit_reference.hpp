@@ -4,8 +4,10 @@
 // request's contents in range) and returns every output cell the library must write at exact
 // capacity, and the budget the commit leaves in place. One bad input is modelled, because
 // chained rounds reach it: a real request whose budget is below 1 (it finished by its budget in
-// an earlier round and was left in place) is refused, written as padding, its budget untouched
-// and its row listed in `refused`.
+// an earlier round and was left in place, with no idle flags) is refused, written as padding,
+// its budget untouched and its row listed in `refused`. An idle row (a nonzero `idle` cell: it
+// finished earlier and was left in place) moves nothing, keeps its budget, and is listed in
+// `idle_rows`: its finished, emit_len and free cells are not written (the caller keeps them).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@ struct commit_case {
   bool stop_pointer = false;  // pass stop_ids' pointer even when empty
   bool has_budget = false;
   std::vector<std::int32_t> budget;  // [B] when has_budget
+  std::vector<std::int32_t> idle;    // [B], or empty: nonzero marks an idle real row
 };
 
 struct commit_expect {
@@ -39,6 +42,9 @@ struct commit_expect {
   // input cell (junk included) on padding and refused rows.
   std::vector<std::int64_t> budget;
   std::vector<std::int64_t> refused;  // real rows refused for a budget below 1, increasing
+  // Idle real rows, increasing: their finished, emit_len, free_begin and free_end cells are not
+  // written (the values above are 0 there; the caller keeps the old cells).
+  std::vector<std::int64_t> idle_rows;
   // The accepted nodes n_0 .. n_c of each real row (empty for padding).
   std::vector<std::vector<std::int64_t>> path;
   // The window's slots V[0 .. D) of each real row (empty for padding).
@@ -59,6 +65,10 @@ inline commit_expect commit_reference(const commit_case& c) {
   const std::set<std::int64_t> stops(c.stop_ids.begin(), c.stop_ids.end());
   for (std::int64_t r = 0; r < c.real_batch; ++r) {
     const auto ru = static_cast<std::size_t>(r);
+    if (!c.idle.empty() && c.idle[ru] != 0) {
+      e.idle_rows.push_back(r);
+      continue;
+    }
     if (c.has_budget && c.budget[ru] < 1) {  // refused: a padding row, nothing written for it
       e.refused.push_back(r);
       continue;

@@ -84,6 +84,10 @@ inline round_guards chain_round(round_mirror& m, round_engine& e, std::int32_t b
   a.draft = m.i32s(m.field(round_draft_token), B * D);
   a.target = m.i32s(m.field(round_target_predict), B * D);
   a.seq_len = m.i32s(seq_at, B);
+  // A finished row left in place is idle: acceptance and the commit read the flags the last
+  // commit left (the engine clears a row's flag when it restages it).
+  const std::vector<std::int32_t> idle = m.i32s(m.field(round_finished), B);
+  a.idle = idle;
   const accept_expect ae = accept_reference(a);
   m.put_all(m.field(round_accept_index), ae.accept_index);
   m.put_all(m.field(round_accept_length), ae.accept_length);
@@ -112,14 +116,24 @@ inline round_guards chain_round(round_mirror& m, round_engine& e, std::int32_t b
   k.stop_ids = e.stop_ids;
   k.has_budget = e.budget;
   k.budget = m.i32s(m.field(round_max_new_tokens_left), B);
+  k.idle = idle;
   const commit_expect ke = commit_reference(k);
   m.put_all(m.field(round_kv_move), ke.kv_move);
-  m.put_all(m.field(round_finished), ke.finished);
-  m.put_all(m.field(round_emit_len), ke.emit_len);
-  m.put_all(m.field(round_free_begin), ke.free_begin);
-  m.put_all(m.field(round_free_end), ke.free_end);
-  // The budget the commit leaves in place, carried to the next round; a real row whose budget
-  // ran out in an earlier round is refused as bad input (guard word commit input, column -5).
+  std::vector<bool> keep(static_cast<std::size_t>(B), false);
+  for (std::int64_t r : ke.idle_rows) keep[static_cast<std::size_t>(r)] = true;
+  for (std::int32_t f : {round_finished, round_emit_len, round_free_begin, round_free_end}) {
+    const std::vector<std::int64_t>& v = f == round_finished     ? ke.finished
+                                         : f == round_emit_len   ? ke.emit_len
+                                         : f == round_free_begin ? ke.free_begin
+                                                                 : ke.free_end;
+    for (std::int64_t r = 0; r < B; ++r) {
+      if (!keep[static_cast<std::size_t>(r)]) {
+        m.put<std::int32_t>(m.field(f), r,
+                            static_cast<std::int32_t>(v[static_cast<std::size_t>(r)]));
+      }
+    }
+  }
+  // The budget the commit leaves in place, carried to the next round (an idle row's kept).
   if (e.budget) m.put_all(m.field(round_max_new_tokens_left), ke.budget);
 
   round_guards g = chain_next_round(m, e, bucket);

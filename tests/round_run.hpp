@@ -124,6 +124,9 @@ class round_rig {
       m.put<std::int32_t>(p.layout.req_pool_index, r, row);
       m.put<std::int32_t>(m.field(round_allocated_len), r, static_cast<std::int32_t>(alloc));
       m.put<std::int32_t>(m.field(round_max_new_tokens_left), r, s.stops && r == 1 ? 1 : 1000);
+      // A real row's finished flag is staged 0 (not idle); a padded row's keeps the poison,
+      // which no kernel may read as idle.
+      if (real) m.put<std::int32_t>(m.field(round_finished), r, 0);
     }
     m.put<std::int32_t>(p.layout.real_batch, 0, s.scalar_real ? 0 : s.real);
     m.put<std::int64_t>(m.field(round_ring_head), 0, 0);

@@ -44,6 +44,11 @@ struct accept_params {
   // [0, batch] is clamped into it and recorded as bad_input in guard[0] (row -1, column -2,
   // capacity batch, value the word).
   const std::int32_t* real_batch_at = nullptr;
+  // Optional, executor memory [batch], any int32: a real row with a nonzero value is idle (a
+  // request that finished in an earlier round and was left in place; a round section points it
+  // at the commit's finished flags). It is written as a padding row, unchecked and unrecorded.
+  // null: no row is idle.
+  const std::int32_t* idle = nullptr;
   std::int32_t draft_tokens = 0;  // D, [1, max_accept_tokens]; batch * D <= limits::max_rows
   std::int32_t num_steps = 0;     // [1, max_accept_steps]; batch * (num_steps + 1) <= max_rows
 

@@ -62,6 +62,13 @@ struct commit_params {
   // Optional device word read at run time instead of real_batch (clamped into [0, batch] and
   // recorded as in accept_params).
   const std::int32_t* real_batch_at = nullptr;
+  // Optional, [batch], any int32: a real row with a nonzero value is idle (it finished in an
+  // earlier round and was left in place). It is not checked, moves nothing (kv_move -1), keeps
+  // its budget, and its finished, emit_len, free_begin and free_end cells are not written: they
+  // keep what the round it finished in wrote. May alias finished (in-place state: a round
+  // section does, so a finished row stays idle until the engine clears its flag when it
+  // restages the row). null: no row is idle.
+  const std::int32_t* idle = nullptr;
   std::int32_t draft_tokens = 0;  // D, [1, max_accept_tokens]
   std::int32_t num_steps = 0;     // [1, max_accept_steps]
   std::int32_t topk = 0;          // [1, limits::max_topk]; 1: no moves (the chain is in place)

@@ -109,9 +109,9 @@ class RoundGraphs:
     draft_extend, else None. ring: the engine's int32 [ring_capacity] free page ids; ring_tail:
     its int64 [1] tail counter (both read on the device every round; they must not move).
     stop_token_count: the first ids of round_view(...).stop_token_ids in use. budget: True reads
-    max_new_tokens_left and the commit runs it down in place each round (default False: a row
-    that finished on its budget and idles to the host step would be recorded as bad input every
-    round after, docs/main-job.md). buckets: a subset of
+    max_new_tokens_left and the commit runs it down in place each round (default False: no
+    budget). A row that finished (a stop token or its budget) idles until the host restages it
+    and clears its finished flag (docs/round-graphs.md section 4). buckets: a subset of
     draft_graphs.buckets, each also a bucket of verify_graphs and extend_graphs (default all of
     draft_graphs'). pool (default draft_graphs.pool), stream, warmups, before_capture(bucket),
     checked, capture_error_mode: as ExtendGraphs.

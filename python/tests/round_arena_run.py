@@ -109,6 +109,9 @@ class Engine:
         v = round_view(self.bufs, bucket)
         al = np.array([r["al"] for r in rows] + [0] * (bucket - real), np.int32)
         v.allocated_len[...] = self.arr(al)
+        # The engine clears a staged row's finished flag (else acceptance and the commit read
+        # it as idle); padded rows keep the poison, which nothing may read as idle.
+        v.finished[:real] = 0
         v.ring_head[...] = self.arr(np.array([self.head], np.int64))
         v.stall[...] = self.arr(np.zeros(1, np.int32))
         self.bucket, self.real = bucket, real

@@ -213,10 +213,9 @@ class Side:
 
 
 def reference(case: Case, k: int) -> Dict[str, Any]:
-    """(c): the independent reference chained over k rounds on host lists, or fewer: with the
-    budget, the rounds before a real row would enter one with no budget left (the spec's
-    precondition max_new_tokens_left >= 1: an engine's host steps in when a request finishes
-    on its budget; the commit records such a row as bad input). "rounds": how many ran."""
+    """(c): the independent reference chained over k rounds on host lists. A row that
+    finished (a stop token or its budget) is idle in the rounds after it (the reference's
+    `idle` input): padding, no pages, still finished, its budget kept. "rounds": how many ran."""
     c, b, real = case.plan.config, case.bucket, case.real
     seq = case.seq + [1] * (b - real)
     pool = case.pool + [0] * (b - real)
@@ -228,9 +227,8 @@ def reference(case: Case, k: int) -> Dict[str, Any]:
     per: Dict[str, List[Any]] = {n: [] for n in ("accept_index", "accept_length", "bonus",
                                                  "finished", "accept_len", "seq_len")}
     rounds = 0
+    idle = [False] * b
     for _ in range(k):
-        if case.budget and min(left[:real]) < 1:
-            break
         rounds += 1
         s, p = np.array(seq, np.int64)[:, None], np.array(pool, np.int64)[:, None]
         d = dict(page_size=case.ps, topk=c.topk, num_steps=c.num_steps,
@@ -240,7 +238,8 @@ def reference(case: Case, k: int) -> Dict[str, Any]:
                  target_predict=token(s, p, node, case.salt + 1).tolist(),
                  allocated_len=list(al), free_pages=case.ring[head:].tolist(),
                  reserve=case.plan.layout["round"]["reserve"],
-                 stop_token_ids=case.stops[: case.stop_count], real_batch=real)
+                 stop_token_ids=case.stops[: case.stop_count], real_batch=real,
+                 idle=list(idle))
         if case.budget:
             d["max_new_tokens_left"] = list(left)
         want = ref.accept(d)
@@ -255,8 +254,10 @@ def reference(case: Case, k: int) -> Dict[str, Any]:
             rtt[row][q] = slot
         seq, al = list(want["next_round"]["seq_len"]), list(want["allocated_len"])
         head += want["pages_taken"]
-        if case.budget:  # the commit runs the budget down in place on the real rows
-            left = [x - want["emit_len"][r] if r < real else x for r, x in enumerate(left)]
+        if case.budget:  # the commit runs the budget down in place on the live real rows
+            left = [x - want["emit_len"][r] if r < real and not idle[r] else x
+                    for r, x in enumerate(left)]
+        idle = [r < real and bool(f) for r, f in enumerate(want["finished"])]
         last = want
     nr = last["next_round"]
     return dict(rounds=rounds, per=per, seq_len=seq, allocated_len=al, left=left, req_to_token=rtt.tolist(),
@@ -271,7 +272,7 @@ def three_ways(shape, seed: int, device: str = "cpu", k: int = 6, extend: bool =
     inputs, and the final state, equal. Returns what the rounds saw."""
     case = Case(make_plan(*shape, extend=extend), seed)
     want = reference(case, k)
-    k = want["rounds"]  # fewer when a budget runs out (the host would step in)
+    k = want["rounds"]
     a = Side(case, device, round_driver=True, bound=bound)
     b = Side(case, device, round_driver=False)
     a.rg.run(k)

@@ -6,6 +6,12 @@ stdout, so accept_vs_sglang.py can run with `--specgraph scripts/outside-check/
 accept_spec_reference.py` to check SGLang's own code against the spec alone (input checking is
 not modelled: inputs are assumed valid). `accept_spec_reference.py --self-test` checks it on the
 spec's worked examples E1 to E3 (section 11), verbatim.
+
+One input beyond the contract, for chained rounds (python/tests/round_graphs_run.py): `idle`
+([bs] booleans), the real rows that finished in an earlier round and were left in place (section
+6: "built as a padded row"). An idle row is written as padding, takes no pages and is inactive,
+but stays finished (`finished` True); its `emit_len` and `slots_to_free` are None (the library
+keeps the cells of the round it finished in; the caller keeps them).
 """
 import json
 import sys
@@ -67,14 +73,17 @@ def accept(d):
     out["kv_moves"] = []
     ext = {"input_id": [], "hidden_source": [], "select_index": []}
     viol, go_on = [], []
+    idle = d.get("idle", [False] * bs)
     for r in range(bs):
         row = pool[r]
         V = lambda i: rtt[row][seq[r] + i]  # noqa: E731
-        if r >= real:  # section 7
+        if r >= real or idle[r]:  # section 7 (an idle row: section 6)
+            kept = r < real
             for k, v in (("accepted_nodes", []), ("accept_length", 0), ("accept_index", [-1] * S),
                          ("predict", [0] * D), ("bonus_token", 0), ("output_token", []),
-                         ("new_seq_len", seq[r]), ("finished", False), ("emit_len", 0),
-                         ("slots_to_free", [])):
+                         ("new_seq_len", seq[r]), ("finished", kept),
+                         ("emit_len", None if kept else 0),
+                         ("slots_to_free", None if kept else [])):
                 out[k].append(v)
             ext["input_id"].append([])
             ext["hidden_source"].append([])

@@ -12,6 +12,40 @@
 
 namespace specgraph::sim::loop {
 
+// A live row's round from the semantics, not the kernels: it accepts its root; it finished
+// exactly when a token it committed (the toy target's prediction at an accepted node) is the
+// stop token; and, when the last round is given (same host step), it advanced by that round's
+// accepted run and the bonus. A restaged row left idle breaks the first.
+void engine::check_bookkeeping(std::int32_t round, std::int32_t r, const loop_round& rec,
+                               const loop_round* prev) const {
+  const auto u = static_cast<std::size_t>(r);
+  const std::string at = "round loop: round " + std::to_string(round) + " row " + std::to_string(r);
+  const std::int64_t first = static_cast<std::int64_t>(r) * D;
+  const std::int32_t* path = rec.accept_index.data() + static_cast<std::int64_t>(r) * S;
+  if (path[0] != first) {
+    throw error(at + ": a live request accepted nothing (accept_index[" + std::to_string(r) +
+                "][0] = " + std::to_string(path[0]) + ", want its root " + std::to_string(first) +
+                "): was a restaged row left idle?");
+  }
+  bool stop = false;
+  for (std::int32_t k = 0; k <= rec.accept_length[u]; ++k) {
+    stop = stop || loop_target(rec.salt[u], rec.seq_len[u], path[k] - first, opt.stop_every) ==
+                       loop_stop_token;
+  }
+  if (stop != (rec.finished[u] != 0)) {
+    throw error(at + ": finished " + std::to_string(rec.finished[u]) +
+                ", but the committed tokens " + (stop ? "hold" : "do not hold") +
+                " the stop token");
+  }
+  if (prev == nullptr) return;
+  const std::int64_t want =
+      static_cast<std::int64_t>(prev->seq_len[u]) + prev->accept_length[u] + 1;
+  if (rec.seq_len[u] != want) {
+    throw error(at + ": seq_len " + std::to_string(rec.seq_len[u]) + ", want " +
+                std::to_string(want) + " (the last round's seq_len + accept length + 1)");
+  }
+}
+
 // Query (r, t) at step j attends to the committed positions 0 .. seq_len - 1 (K/V
 // loop_value(salt, pos, e, loop_k / loop_v)) and its branch's draft tokens 0 .. j (K/V
 // loop_value(salt, loop_draft_where(seq_len, t, i), e, loop_dk / loop_dv)).

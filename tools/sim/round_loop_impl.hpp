@@ -69,14 +69,17 @@ class engine {
   void run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, loop_report& rep);
   void read_outputs(std::int32_t first, std::int32_t count, std::vector<loop_round>& rounds,
                     loop_report& rep);
+  // finished_flags: the round section's finished flags [bucket] in the mode's memory (executor
+  // memory for the device loop, the host arena for host-driven rounds).
   void host_step(std::vector<loop_round>& rounds, std::int32_t first, std::int32_t count,
-                 loop_mode_stats& stats, loop_report& rep);
+                 loop_mode_stats& stats, loop_report& rep, std::int32_t* finished_flags);
   void read_staged_state();
   void reset_counter();
   template <class F>
   void device_work(bool is_sync, F&& work);
-  void restage_after(const std::vector<std::int32_t>& replaced);
   // round_loop_check.cpp
+  void check_bookkeeping(std::int32_t round, std::int32_t r, const loop_round& rec,
+                         const loop_round* prev) const;
   void verify_round(std::int32_t round, const loop_round& rec, const float* out,
                     loop_report& rep) const;
 

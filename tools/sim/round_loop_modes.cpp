@@ -112,7 +112,7 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
     }
     add_counters(stats, before, ex.counters());
     stats.seconds += since(t0);
-    host_step(rounds, first, n, stats, rep);
+    host_step(rounds, first, n, stats, rep, v.commit.finished);
   }
   const std::vector<guard_word> words = rt_->read_round_guards();
   raise_guard_violations(rt_->plan(), words, bucket_, "device loop");
@@ -223,7 +223,7 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
     stats.seconds += since(t0);
     if (step) {
       ring_head_seen = *hv.ring_head;
-      host_step(rounds, first, k + 1 - first, stats, rep);
+      host_step(rounds, first, k + 1 - first, stats, rep, hv.commit.finished);
       first = k + 1;
     }
   }
@@ -236,7 +236,7 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
 // counted), then the engine's part, counted and timed: the finished requests replaced by new
 // ones, the batch restaged.
 void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std::int32_t count,
-                       loop_mode_stats& stats, loop_report& rep) {
+                       loop_mode_stats& stats, loop_report& rep, std::int32_t* finished_flags) {
   ++stats.host_steps;
   // The checks' instrumentation first, neither counted nor timed: the draft outputs read back,
   // hashed and (sampled rounds) verified. An engine reads none of them.
@@ -258,6 +258,10 @@ void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std:
       const auto u = static_cast<std::size_t>(r);
       rec.salt[u] = h_salt[static_cast<std::size_t>(pool[u])];
       rec.checked[u] = r < opt.batch && idle[u] == 0;
+      if (rec.checked[u] != 0) {
+        check_bookkeeping(first + i, r, rec,
+                          i > 0 ? &rounds[static_cast<std::size_t>(first + i - 1)] : nullptr);
+      }
       if (rec.checked[u] != 0) {
         stats.accepted += rec.accept_length[u];
         ++stats.row_rounds;
@@ -294,7 +298,16 @@ void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std:
     if (device_mode) read_staged_state();
     for (const std::int32_t r : replaced) admit(r);
     stats.replaced += static_cast<std::int64_t>(replaced.size());
-    if (device_mode) stage_all();
+    // A finished row stays idle (acceptance and the commit read its flag) until the engine
+    // restages it: the new requests' flags cleared, every other flag as the last round left it.
+    std::vector<std::int32_t> flags = rounds[static_cast<std::size_t>(first + count - 1)].finished;
+    for (const std::int32_t r : replaced) flags[static_cast<std::size_t>(r)] = 0;
+    if (device_mode) {
+      stage_all();
+      ex.copy_to_device(finished_flags, flags.data(), flags.size() * 4);
+    } else {
+      std::copy(flags.begin(), flags.end(), finished_flags);
+    }
   }
   add_counters(stats, before, ex.counters());
   stats.seconds += since(t0);
