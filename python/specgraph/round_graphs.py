@@ -26,7 +26,9 @@ graph(B), in this order (the C++ graph's, docs/round-graphs.md section 6.1):
      as the C++ launch_extend_handoff; then eg's body: extend_arena_ and the extend forward;
   5. after_verify_(part="next"): seq_len' and the draft slots into the staged inputs;
   6. the guard tally: for every guard word of the arena and of vg's outputs, the rounds in
-     which it was set are counted (the rounds reset the live words; check() reads the tally).
+     which it was set are counted, and the word as the first of them left it is kept (the
+     rounds reset the live words; check() reads the tally and names that first round's row,
+     column and value).
 Draft extend runs before the next round: it reads the staged seq_len as the verify round's,
 which the next round overwrites. The verify mask is vg's static mask buffer (vg.stage_ fills
 it): a draft forward that needs another writes it there (docs/round-graphs.md section 6.2).
@@ -42,6 +44,7 @@ eagerly k times, so the driver is usable and testable without a GPU (as the thre
 | run(k)                  | current                     | no (checked="sync": yes) | no (replays) |
 | check                   | current                     | yes (reads the tally)    | no           |
 | rounds_with_violations  | current                     | yes                      | no           |
+| first_violation         | current                     | yes                      | no           |
 | poll                    | none                        | no (never waits)         | no           |
 | reset_guards            | current                     | no                       | yes          |
 | accept_len              | none (a view)               | no                       | yes          |
@@ -67,6 +70,7 @@ except ImportError as _e:
 
 from . import _check, _env
 from ._capture import ROUND, AsyncFlag, CaptureReport, GraphTiming, capture_graphs, warm_up_round
+from ._guard_names import WORD_INT32S, Violation, violation
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
 from .extend_arena import extend_view
 from .extend_graphs import ExtendGraphs
@@ -203,6 +207,12 @@ class RoundGraphs:
         self._words = int(self.plan.layout["guard_count"])
         self.tally = torch.zeros(self._words + GUARD_SHAPE[0], dtype=torch.int64,
                                  device=self.device)
+        # Each word as it was in the first round that set it, and that round (1-based, counted
+        # since the last reset): check() names its row, column and value.
+        self._first = torch.zeros(self._words + GUARD_SHAPE[0], WORD_INT32S, dtype=torch.int32,
+                                  device=self.device)
+        self._first_round = torch.zeros_like(self.tally)
+        self._round = torch.zeros(1, dtype=torch.int64, device=self.device)
         self._graphs: Dict[int, Any] = {}
         self.replays: Counter[int] = Counter()
         self.report: Optional[CaptureReport] = None
@@ -239,8 +249,12 @@ class RoundGraphs:
                                                  torch.ones_like(acc)))
             eg._record(b)
         self._after_verify(b, "next")
-        words = torch.cat([bufs.guards[:, 0], vg.outputs.guard.reshape(GUARD_SHAPE)[:, 0]])
-        self.tally.add_((words != 0).to(torch.int64))
+        raw = torch.cat([bufs.guards, vg.outputs.guard.reshape(GUARD_SHAPE)])
+        self._round.add_(1)
+        fresh = (raw[:, 0] != 0) & (self.tally == 0)
+        self._first.copy_(torch.where(fresh[:, None], raw, self._first))
+        self._first_round.copy_(torch.where(fresh, self._round, self._first_round))
+        self.tally.add_((raw[:, 0] != 0).to(torch.int64))
 
     # ---- capture -----------------------------------------------------------------------------
     def capture(self) -> CaptureReport:
@@ -328,21 +342,40 @@ class RoundGraphs:
         """{guard word: rounds in which it was set} since capture() or reset_guards(), the
         arena's words by their names (read_guards) and vg's as "verify word i". Synchronises."""
         counts = [int(x) for x in self.tally.cpu()]
-        names = [w.buffer for w in read_guards(self.bufs)] + \
+        return {n: c for n, c in zip(self._names(), counts) if c}
+
+    def _names(self) -> List[str]:
+        """The tally's words: the arena's by their names (read_guards), then vg's."""
+        return [w.buffer for w in read_guards(self.bufs)] + \
             [f"verify word {i}" for i in range(GUARD_SHAPE[0])]
-        return {n: c for n, c in zip(names, counts) if c}
+
+    def first_violation(self, word: str) -> Optional[Tuple[int, Violation]]:
+        """(round, details) of a word of rounds_with_violations() as the first round that set
+        it left it (round: 1-based since capture() or reset_guards()); None when it was never
+        set. Synchronises."""
+        i = self._names().index(word)
+        if int(self.tally[i]) == 0:
+            return None
+        w = [int(x) for x in self._first[i].cpu()]
+        value = (w[6] & 0xFFFFFFFF) | (w[7] << 32)  # the int64 value, little-endian halves
+        return int(self._first_round[i]), violation(w[:6] + [value])
 
     def check(self) -> None:
         """Raises GuardViolation naming the first guard word set in any round since capture()
-        or reset_guards(), with the number of rounds; the live words hold the last round's
-        details (specgraph.check_guards names row and column). Synchronises."""
+        or reset_guards(), with the number of rounds, and the details (row, column, capacity,
+        value) as the first round that set it recorded them. Synchronises."""
         found = self.rounds_with_violations()
         if found:
             word, rounds = next(iter(found.items()))
+            first = self.first_violation(word)
+            assert first is not None
+            at, v = first
             raise GuardViolation(f"device-round graph of bucket {self.bucket}: {word} was set "
-                                 f"in {rounds} round(s) since the last reset_guards() (all "
-                                 f"set words: {found})", buffer=word, bucket=self.bucket,
-                                 violations=rounds)
+                                 f"in {rounds} round(s) since the last reset_guards(), first in "
+                                 f"round {at}: {v.describe()} (all set words: {found})",
+                                 buffer=word, bucket=self.bucket, violations=rounds, row=v.row,
+                                 column=v.column, kind=v.kind, kernel=v.kernel,
+                                 capacity=v.capacity, value=v.value)
 
     def poll(self) -> None:
         """async mode: raises once an earlier run's tally has landed non-zero. Never waits."""
@@ -352,5 +385,7 @@ class RoundGraphs:
                                  "rounds; check() names them", violations=landed[0])
 
     def reset_guards(self) -> None:
-        """Empties the guard tally (one stream-ordered fill, no sync)."""
-        self.tally.zero_()
+        """Empties the guard tally and the first rounds' details (stream-ordered fills, no
+        sync)."""
+        for t in (self.tally, self._first, self._first_round, self._round):
+            t.zero_()

@@ -169,13 +169,55 @@ def test_the_tally_counts_a_violation_across_rounds_and_sync_raises():
     # the later rounds reset the live words: only the tally still knows
     assert not specgraph.read_guards(a.bufs)[a.plan_round_base + 4].violations
     assert int(round_view(a.bufs, case.bucket).stall[0]) == 1
+    # The first round's details are kept: those of a twin's live word after that one round.
+    twin = run.Side(case, "cpu", True)
+    twin.tail.zero_()
+    twin.rg.run(1)
+    live = specgraph.read_guards(twin.bufs)[a.plan_round_base + 4]
+    assert live.violations == 1
+    at, first = a.rg.first_violation("after_verify.next_round (allocation)")
+    assert at == 1
+    assert (first.kind, first.kernel, first.row, first.column, first.capacity, first.value) == \
+        (live.kind, live.kernel, live.row, live.column, live.capacity, live.value)
+    assert a.rg.first_violation("after_verify.commit (input)") is None
     a.rg.checked = "sync"
     with pytest.raises(GuardViolation) as e:
         a.rg.run(1)
     assert e.value.violations >= 1 and e.value.bucket == case.bucket
+    assert (e.value.row, e.value.column, e.value.capacity, e.value.value, e.value.kind) == \
+        (live.row, live.column, live.capacity, live.value, live.kind)
+    assert "first in round 1" in str(e.value), str(e.value)
     a.rg.reset_guards()
+    assert a.rg.first_violation("after_verify.next_round (allocation)") is None
     a.rg.run(2)  # clean rounds: nothing raised
     assert a.rg.rounds_with_violations() == {}
+
+
+def test_check_names_the_first_rounds_details_not_the_last():
+    # Round 1 breaks row 1's allocated_len, round 2 row 0's instead: the commit's input word is
+    # set in both rounds, live with row 0; the tally keeps round 1's row 1 (independently: the
+    # row and the value this test wrote).
+    case = run.Case(run.make_plan(*run.SHAPES[0]), 8201)
+    assert case.real >= 2
+    a = run.Side(case, "cpu", True)
+    v = round_view(a.bufs, case.bucket)
+    keep = int(v.allocated_len[1])
+    v.allocated_len[1] = 0
+    a.rg.run(1)
+    v.allocated_len[1] = keep
+    v.allocated_len[0] = 0
+    a.rg.run(1)
+    word = "after_verify.commit (input)"
+    assert a.rg.rounds_with_violations()[word] == 2
+    live = [w for w in specgraph.read_guards(a.bufs) if w.buffer == word][0]
+    assert (live.row, live.column, live.value) == (0, -3, 0)
+    at, first = a.rg.first_violation(word)
+    assert (at, first.row, first.column, first.value, first.kernel) == \
+        (1, 1, -3, 0, "commit_metadata")
+    a.rg.checked = "sync"
+    with pytest.raises(GuardViolation) as e:
+        a.rg.run(1)
+    assert e.value.buffer == word and (e.value.row, e.value.column) == (1, -3), str(e.value)
 
 
 def _drivers(extend=True, **plan_kw):
