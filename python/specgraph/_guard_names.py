@@ -52,3 +52,10 @@ def violation(w: Sequence[Any]) -> Violation:
     violations, kind, kernel, row, column, capacity, value = (int(x) for x in w[:7])
     return Violation(kind_name(kind), kernel_name(kernel), row, column, capacity, value,
                      violations)
+
+
+def word_violation(word: Sequence[Any]) -> Violation:
+    """One guard word as its WORD_INT32S int32s (guard.hpp's guard_word: six int32 fields, then
+    the int64 value as two little-endian halves) as a Violation."""
+    w = [int(x) for x in word[:8]]
+    return violation(w[:6] + [(w[6] & 0xFFFFFFFF) | (w[7] << 32)])

@@ -40,7 +40,7 @@ from . import _check, _ffi
 from ._check import int_array as _int_array
 from ._deps import require
 from ._guard_names import WORD_INT32S, Violation
-from ._guard_names import violation as _violation
+from ._guard_names import word_violation
 from .errors import InvalidArgument
 
 # The capacities extend_metadata_ passes: -1, each the exact one for the call (C++ computes it).
@@ -232,7 +232,5 @@ def extend_violations(guard: Any) -> List[Violation]:
     for k in range(words):
         word = g[n * k: n * k + n]
         if int(word[0]):
-            value = int(word[6:8].copy().view(np.int64)[0])
-            found.append(_violation([int(word[0]), int(word[1]), int(word[2]), int(word[3]),
-                                     int(word[4]), int(word[5]), value]))
+            found.append(word_violation(word))
     return found

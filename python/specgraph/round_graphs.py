@@ -70,7 +70,7 @@ except ImportError as _e:
 
 from . import _check, _env
 from ._capture import ROUND, AsyncFlag, CaptureReport, GraphTiming, capture_graphs, warm_up_round
-from ._guard_names import WORD_INT32S, Violation, violation
+from ._guard_names import WORD_INT32S, Violation, word_violation
 from .errors import CaptureFailed, GuardViolation, InvalidArgument
 from .extend_arena import extend_view
 from .extend_graphs import ExtendGraphs
@@ -251,10 +251,11 @@ class RoundGraphs:
         self._after_verify(b, "next")
         raw = torch.cat([bufs.guards, vg.outputs.guard.reshape(GUARD_SHAPE)])
         self._round.add_(1)
-        fresh = (raw[:, 0] != 0) & (self.tally == 0)
+        set_now = raw[:, 0] != 0
+        fresh = set_now & (self.tally == 0)
         self._first.copy_(torch.where(fresh[:, None], raw, self._first))
         self._first_round.copy_(torch.where(fresh, self._round, self._first_round))
-        self.tally.add_((raw[:, 0] != 0).to(torch.int64))
+        self.tally.add_(set_now.to(torch.int64))
 
     # ---- capture -----------------------------------------------------------------------------
     def capture(self) -> CaptureReport:
@@ -356,9 +357,7 @@ class RoundGraphs:
         i = self._names().index(word)
         if int(self.tally[i]) == 0:
             return None
-        w = [int(x) for x in self._first[i].cpu()]
-        value = (w[6] & 0xFFFFFFFF) | (w[7] << 32)  # the int64 value, little-endian halves
-        return int(self._first_round[i]), violation(w[:6] + [value])
+        return int(self._first_round[i]), word_violation(self._first[i].cpu().tolist())
 
     def check(self) -> None:
         """Raises GuardViolation naming the first guard word set in any round since capture()

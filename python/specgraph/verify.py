@@ -35,7 +35,7 @@ from . import _check, _ffi
 from ._check import int_array as _int_array
 from ._deps import require
 from ._guard_names import VERIFY_WORDS, WORD_INT32S, Violation
-from ._guard_names import violation as _violation
+from ._guard_names import word_violation
 from .errors import InvalidArgument
 
 INT32_MAX = (1 << 31) - 1
@@ -232,7 +232,5 @@ def verify_violations(guard: Any) -> List[Violation]:
     for w in range(words):
         word = g[n * w: n * w + n]
         if int(word[0]):
-            value = int(word[6:8].copy().view(np.int64)[0])
-            found.append(_violation([int(word[0]), int(word[1]), int(word[2]), int(word[3]),
-                                     int(word[4]), int(word[5]), value]))
+            found.append(word_violation(word))
     return found

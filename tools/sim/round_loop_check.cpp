@@ -27,8 +27,13 @@ void engine::check_bookkeeping(std::int32_t round, std::int32_t r, const loop_ro
                 "][0] = " + std::to_string(path[0]) + ", want its root " + std::to_string(first) +
                 "): was a restaged row left idle?");
   }
+  const std::int32_t c = rec.accept_length[u];
+  if (c < 0 || c >= S) {
+    throw error(at + ": accept_length " + std::to_string(c) + " outside [0, num_steps " +
+                std::to_string(S - 1) + "]");
+  }
   bool stop = false;
-  for (std::int32_t k = 0; k <= rec.accept_length[u]; ++k) {
+  for (std::int32_t k = 0; k <= c; ++k) {
     stop = stop || loop_target(rec.salt[u], rec.seq_len[u], path[k] - first, opt.stop_every) ==
                        loop_stop_token;
   }

@@ -261,8 +261,6 @@ void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std:
       if (rec.checked[u] != 0) {
         check_bookkeeping(first + i, r, rec,
                           i > 0 ? &rounds[static_cast<std::size_t>(first + i - 1)] : nullptr);
-      }
-      if (rec.checked[u] != 0) {
         stats.accepted += rec.accept_length[u];
         ++stats.row_rounds;
         if (rec.finished[u] != 0) {
