@@ -1,11 +1,13 @@
 // The main job's round loop (`specgraph run --rounds-per-launch N`, tools/sim/round_loop.hpp;
 // issue 31 item 5): over random configurations (topk 1..4, page sizes 1..16, batches that pad
-// their bucket, a stop token frequent enough that requests finish and are replaced), both modes
+// their bucket, a stop token frequent enough that requests finish and are replaced, a length
+// budget in half the cases, small enough that requests finish by it too), both modes
 // pass the float64 reference on every round and are identical, round by round and at the end;
 // the device loop makes exactly one graph launch per round, no eager kernel and one
 // synchronisation per host step; the host-driven loop synchronises every host step and launches
 // num_steps + 2 graphs per round. A planted bug (the prefix-tail copies skipped in one round of
-// the device loop) fails that round by name; bad options are refused by name.
+// the device loop) fails that round by name; a budget of one token finishes every row in its
+// first round; bad options are refused by name.
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -39,6 +41,7 @@ sim::loop_options random_loop(std::mt19937_64& rng, std::uint64_t seed) {
   o.verify = sim::loop_options::verify_mode::all;
   o.stop_every = pick(5, 30);
   o.verify_tokens = pick(1, std::min(16, 1 + o.topk * o.num_steps));
+  o.max_new_tokens = pick(0, 1) != 0 ? pick(1, 12) : 0;  // half the cases with a budget
   return o;
 }
 
@@ -47,7 +50,8 @@ std::string describe(const sim::loop_options& o) {
          std::to_string(o.num_steps) + ", D " + std::to_string(o.verify_tokens) + ", ps " +
          std::to_string(o.page_size) + ", context " + std::to_string(o.min_context) + ".." +
          std::to_string(o.max_context) + ", rounds " + std::to_string(o.rounds) + " / " +
-         std::to_string(o.rounds_per_launch) + ", stop 1/" + std::to_string(o.stop_every);
+         std::to_string(o.rounds_per_launch) + ", stop 1/" + std::to_string(o.stop_every) +
+         ", budget " + std::to_string(o.max_new_tokens);
 }
 
 class RoundLoop : public ExecutorTest {};
@@ -56,7 +60,7 @@ TEST_P(RoundLoop, BothModesPassTheReferenceAndAreIdentical) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  std::int64_t finished = 0, replaced = 0, paged_trees = 0;
+  std::int64_t finished = 0, replaced = 0, paged_trees = 0, by_budget = 0, by_stop_budgeted = 0;
   for (int i = 0; i < property_cases(12); ++i) {
     const sim::loop_options o = random_loop(rng, seed + static_cast<std::uint64_t>(i));
     SCOPED_TRACE(describe(o));
@@ -81,6 +85,16 @@ TEST_P(RoundLoop, BothModesPassTheReferenceAndAreIdentical) {
     EXPECT_EQ(r.host.synchronizations, steps);
     EXPECT_EQ(r.host.finished, r.device.finished);
     EXPECT_EQ(r.host.accepted, r.device.accepted);
+    EXPECT_EQ(r.host.emitted, r.device.emitted);
+    EXPECT_EQ(r.host.finished_by_budget, r.device.finished_by_budget);
+    // A live row emits 1 .. num_steps + 1 tokens a round; without a budget none finishes by one.
+    EXPECT_GE(r.device.emitted, r.device.row_rounds);
+    EXPECT_LE(r.device.emitted, r.device.row_rounds * (o.num_steps + 1));
+    if (o.max_new_tokens == 0) {
+      EXPECT_EQ(r.device.finished_by_budget, 0);
+    }
+    by_budget += r.device.finished_by_budget;
+    if (o.max_new_tokens > 0) by_stop_budgeted += r.device.finished - r.device.finished_by_budget;
     finished += r.device.finished;
     replaced += r.device.replaced;
     paged_trees += o.topk > 1 && o.page_size > 1;
@@ -88,6 +102,45 @@ TEST_P(RoundLoop, BothModesPassTheReferenceAndAreIdentical) {
   EXPECT_GT(finished, 0) << "some requests must finish on the stop token";
   EXPECT_GT(replaced, 0) << "and be replaced at a host step";
   EXPECT_GT(paged_trees, 0) << "some cases must need the prefix-tail copies";
+  EXPECT_GT(by_budget, 0) << "some requests must finish by their budget";
+  EXPECT_GT(by_stop_budgeted, 0) << "and some with a budget on the stop token";
+}
+
+// A budget of one token: every live row finishes in its first round by its budget, emitting one
+// token (the root's prediction), and idles until the next host step replaces it. With N = 3 per
+// host step, each host step has exactly one live round per row: batch x steps row-rounds.
+TEST_P(RoundLoop, ABudgetOfOneFinishesEveryRowInItsFirstRound) {
+  sim::loop_options o;
+  o.batch = 3;
+  o.topk = 2;
+  o.num_steps = 3;
+  o.verify_tokens = 6;
+  o.page_size = 4;
+  o.heads = 1;
+  o.head_dim = 8;
+  o.min_context = 3;
+  o.max_context = 20;
+  o.rounds = 9;
+  o.rounds_per_launch = 3;
+  o.seed = test_seed();
+  o.verify = sim::loop_options::verify_mode::all;
+  o.stop_every = 0;  // no stop token: every finish is the budget's
+  o.max_new_tokens = 1;
+  const sim::loop_report r = sim::run_round_loop(*ex, o);
+  EXPECT_TRUE(r.identical);
+  for (const sim::loop_mode_stats* s : {&r.host, &r.device}) {
+    EXPECT_EQ(s->row_rounds, 3 * 3) << s->mode;
+    EXPECT_EQ(s->finished, 3 * 3) << s->mode;
+    EXPECT_EQ(s->finished_by_budget, 3 * 3) << s->mode;
+    EXPECT_EQ(s->emitted, 3 * 3) << s->mode;
+    EXPECT_EQ(s->replaced, 3 * 2) << s->mode;  // not after the last host step
+  }
+  // A budget of num_steps + 1 or more lets a row go on past a round that accepts everything.
+  o.max_new_tokens = 1000;
+  const sim::loop_report g = sim::run_round_loop(*ex, o);
+  EXPECT_TRUE(g.identical);
+  EXPECT_EQ(g.device.finished_by_budget, 0);
+  EXPECT_EQ(g.device.row_rounds, 3 * 9);
 }
 
 // The default shape of the main job's round loop at a small scale: a paged tree filling its
@@ -166,6 +219,9 @@ TEST_P(RoundLoop, BadOptionsAreRefusedByName) {
   EXPECT_TRUE(sim::run_round_loop(*ex, o).identical);
   o.verify_tokens = 4;
   expect_invalid([&] { (void)sim::run_round_loop(*ex, o); }, "verify_tokens", "[1, 3]");
+  o.verify_tokens = 3;
+  o.max_new_tokens = -1;
+  expect_invalid([&] { (void)sim::run_round_loop(*ex, o); }, "max_new_tokens", "[0, 1073741824]");
 }
 
 SPECGRAPH_INSTANTIATE_EXECUTORS(RoundLoop);

@@ -65,7 +65,7 @@ TEST(RunLoopOutput, TheTableCountsEachModeAndBothChecksPass) {
   ASSERT_FALSE(buf.flushed.empty());
   EXPECT_EQ(buf.flushed.front(),
             "round loop: executor host, batch 3, topk 2, 3 steps, D 7, page size 4, 1 heads x 8, "
-            "10 rounds, 4 per launch, seed 1\n")
+            "10 rounds, 4 per launch, no budget, seed 1\n")
       << "the configuration is flushed before anything runs";
   // host-driven: num_steps + 2 graphs a round; the device loop one; no eager kernel (nothing
   // finishes in 10 rounds at this seed: no new request's prefill).
@@ -107,6 +107,35 @@ TEST(RunLoopOutput, TheTableCountsEachModeAndBothChecksPass) {
   EXPECT_EQ(as_int(*member(doc, "verified_rounds"), "v"), 20);
 }
 
+// --max-new-tokens: every request's budget, run down by the commit on the device. With 2 tokens
+// a request finishes in its first round unless it accepts no draft token, and no request emits
+// more than 2: the JSON's emitted count is at most 2 per request ever admitted.
+TEST(RunLoopOutput, ABudgetFinishesRequestsAndIsInTheReport) {
+  const std::string path =
+      ::testing::TempDir() + "specgraph_run_loop_budget_" + std::to_string(::getpid()) + ".json";
+  std::vector<std::string> args = small;
+  args.insert(args.end(), {"--max-new-tokens", "2", "--json", path});
+  std::ostringstream out, err;
+  ASSERT_EQ(run_command(args, out, err), 0) << err.str();
+  EXPECT_NE(out.str().find(", 4 per launch, budget 2 tokens, seed 1\n"), std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("cells): IDENTICAL\n"), std::string::npos) << out.str();
+  std::ifstream in(path);
+  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  const json doc = json::parse(body);
+  EXPECT_EQ(as_int(*member(*member(doc, "config"), "max_new_tokens"), "m"), 2);
+  for (const char* mode : {"device_loop", "host_driven"}) {
+    const json& m = *member(doc, mode);
+    const std::int64_t by_budget = as_int(*member(m, "finished_by_budget"), "b");
+    const std::int64_t replaced = as_int(*member(m, "replaced"), "r");
+    EXPECT_GT(by_budget, 0) << mode;
+    EXPECT_LE(by_budget, as_int(*member(m, "finished"), "f")) << mode;
+    EXPECT_GT(replaced, 0) << mode;
+    EXPECT_LE(as_int(*member(m, "emitted"), "e"), 2 * (3 + replaced)) << mode;
+  }
+}
+
 TEST(RunLoopOutput, FlagsTheLoopDoesNotTakeAreRefusedByName) {
   const struct {
     std::vector<std::string> extra;
@@ -122,6 +151,7 @@ TEST(RunLoopOutput, FlagsTheLoopDoesNotTakeAreRefusedByName) {
       {{"--dump-graphs", "/tmp"}, "drop --dump-graphs"},
       {{"--rounds-per-launch", "11"}, "--rounds-per-launch: 11 exceeds --rounds 10"},
       {{"--rounds-per-launch", "0"}, "--rounds-per-launch: 0 is outside [1, 1048576]"},
+      {{"--max-new-tokens", "0"}, "--max-new-tokens: 0 is outside [1, 1073741824]"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = small;
@@ -131,9 +161,19 @@ TEST(RunLoopOutput, FlagsTheLoopDoesNotTakeAreRefusedByName) {
     EXPECT_NE(err.str().find(c.message), std::string::npos) << err.str();
     EXPECT_EQ(out.str(), "") << "nothing runs";
   }
+  // The budget is the round loop's: refused without it.
+  std::ostringstream no_loop_out, no_loop_err;
+  EXPECT_EQ(run_command({"--executor", "host", "--max-new-tokens", "4"}, no_loop_out, no_loop_err),
+            2);
+  EXPECT_NE(no_loop_err.str().find("--max-new-tokens: only the round loop has a budget; add "
+                                   "--rounds-per-launch"),
+            std::string::npos)
+      << no_loop_err.str();
+  EXPECT_EQ(no_loop_out.str(), "");
   std::ostringstream out, err;
   ASSERT_EQ(run_command({"--help"}, out, err), 0);
   EXPECT_NE(out.str().find("--rounds-per-launch N"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("--max-new-tokens N"), std::string::npos) << out.str();
 }
 
 }  // namespace

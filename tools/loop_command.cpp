@@ -42,7 +42,8 @@ void mode_json(std::ostream& j, const sim::loop_mode_stats& s) {
     << ", \"wall_us_per_round\": " << 1e6 * s.seconds / rounds
     << ", \"host_us_per_round\": " << 1e6 * s.host_seconds / rounds
     << ", \"host_steps\": " << s.host_steps << ", \"finished\": " << s.finished
-    << ", \"replaced\": " << s.replaced << ", \"accepted\": " << s.accepted
+    << ", \"finished_by_budget\": " << s.finished_by_budget << ", \"replaced\": " << s.replaced
+    << ", \"accepted\": " << s.accepted << ", \"emitted\": " << s.emitted
     << ", \"row_rounds\": " << s.row_rounds << "}";
 }
 
@@ -63,8 +64,9 @@ const char* loop_conflict(const sim::sim_options& o, bool depth, bool dump_graph
   return nullptr;
 }
 
-void run_loop_command(executor& ex, const sim::sim_options& o, std::int32_t rounds_per_launch,
+void run_loop_command(executor& ex, const sim::sim_options& o, const loop_flags& flags,
                       std::ostream& out, std::ostream* json) {
+  const std::int32_t rounds_per_launch = flags.rounds_per_launch;
   sim::loop_options l;
   l.batch = o.max_batch;
   l.topk = o.topk;
@@ -84,10 +86,14 @@ void run_loop_command(executor& ex, const sim::sim_options& o, std::int32_t roun
                  : sim::loop_options::verify_mode::none;
   l.verify_every = o.verify_every;
   l.tolerance = o.tolerance;
+  l.max_new_tokens = flags.max_new_tokens;
   out << "round loop: executor " << ex.name() << ", batch " << l.batch << ", topk " << l.topk
       << ", " << l.num_steps << " steps, D " << l.verify_tokens << ", page size " << l.page_size
       << ", " << l.heads << " heads x " << l.head_dim << ", " << l.rounds << " rounds, "
-      << rounds_per_launch << " per launch, seed " << l.seed << '\n'
+      << rounds_per_launch << " per launch, "
+      << (l.max_new_tokens > 0 ? "budget " + std::to_string(l.max_new_tokens) + " tokens"
+                               : std::string("no budget"))
+      << ", seed " << l.seed << '\n'
       << std::flush;
   const sim::loop_report r = sim::run_round_loop(ex, l);
   out << "plan: bucket " << r.bucket << ", arena " << r.arena_bytes
@@ -107,10 +113,18 @@ void run_loop_command(executor& ex, const sim::sim_options& o, std::int32_t roun
       << " draft attention outputs against a float64 reference by position, max relative error "
       << err.str() << " (tolerance " << tol.str()
       << "): " << (r.verified_rounds > 0 ? "PASSED" : "NONE") << '\n';
+  const bool budget = l.max_new_tokens > 0;
+  const sim::loop_mode_stats& d = r.device;
+  out << "emitted: " << d.emitted << " tokens to the clients (" << std::fixed
+      << std::setprecision(2) << per(d.emitted, d.row_rounds)
+      << " per live request per round); finished " << d.finished;
+  if (budget) out << ", " << d.finished_by_budget << " of them by the budget";
+  out << '\n';
   out << "device loop vs host-driven: " << r.compared_rounds
-      << " rounds of accepted paths, lengths, bonus tokens, finished flags and draft outputs, "
-         "then the final seq_len, allocated_len, ring head and req_to_token ("
-      << r.compared_cells << " cells): " << (r.identical ? "IDENTICAL" : "DIFFERENT") << '\n';
+      << " rounds of accepted paths, lengths, bonus tokens, finished flags, emitted lengths"
+      << (budget ? ", budgets" : "") << " and draft outputs, then the final seq_len, allocated_len"
+      << (budget ? ", budgets" : "") << ", ring head and req_to_token (" << r.compared_cells
+      << " cells): " << (r.identical ? "IDENTICAL" : "DIFFERENT") << '\n';
   if (json != nullptr) {
     std::ostream& j = *json;
     j << "{\"version\": " << quote(build_version()) << ", \"commit\": " << quote(build_commit())
@@ -120,8 +134,8 @@ void run_loop_command(executor& ex, const sim::sim_options& o, std::int32_t roun
       << ", \"verify_tokens\": " << l.verify_tokens << ", \"page_size\": " << l.page_size
       << ", \"heads\": " << l.heads << ", \"head_dim\": " << l.head_dim
       << ", \"rounds\": " << l.rounds << ", \"rounds_per_launch\": " << rounds_per_launch
-      << ", \"seed\": " << l.seed << "}, \"arena_bytes\": " << r.arena_bytes
-      << ", \"host_driven\": ";
+      << ", \"max_new_tokens\": " << l.max_new_tokens << ", \"seed\": " << l.seed
+      << "}, \"arena_bytes\": " << r.arena_bytes << ", \"host_driven\": ";
     mode_json(j, r.host);
     j << ", \"device_loop\": ";
     mode_json(j, r.device);

@@ -10,16 +10,23 @@
 
 namespace specgraph::tools {
 
+// The round loop's own flags: --rounds-per-launch N (> 0: the loop runs) and --max-new-tokens
+// (every request's length budget; 0: none).
+struct loop_flags {
+  std::int32_t rounds_per_launch = 0;
+  std::int32_t max_new_tokens = 0;
+};
+
 // The first of the run's flags the round loop does not take (format csr / both, --depth,
 // --device-steps, --no-extend, --verify-tokens 0, --slot-stride, --checked, --dump-graphs), or
 // null. `depth` and `dump_graphs`: whether those flags were given.
 const char* loop_conflict(const sim::sim_options& o, bool depth, bool dump_graphs);
 
-// The round loop's options from the run's: batch = max_batch, the shape, the rounds, the seed,
-// the verification; throws sim::verification_error, guard_violation or invalid_argument as
-// run_round_loop does. Writes the header first (flushed), then the report; `json` (may be null)
-// gets the JSON form with the version and commit.
-void run_loop_command(executor& ex, const sim::sim_options& o, std::int32_t rounds_per_launch,
+// The round loop's options from the run's (batch = max_batch, the shape, the rounds, the seed,
+// the verification) and its own; throws sim::verification_error, guard_violation or
+// invalid_argument as run_round_loop does. Writes the header first (flushed), then the report;
+// `json` (may be null) gets the JSON form with the version and commit.
+void run_loop_command(executor& ex, const sim::sim_options& o, const loop_flags& flags,
                       std::ostream& out, std::ostream* json);
 
 }  // namespace specgraph::tools

@@ -63,6 +63,7 @@ constexpr const char* run_usage =
     "  --rounds-per-launch N  the round loop instead (docs/main-job.md): batch\n"
     "                   --max-batch, whole rounds as one graph launch each, N back to back\n"
     "                   per host step, beside the same rounds driven from the host\n"
+    "  --max-new-tokens N  with it: every request's length budget (default: none)\n"
     "  --json FILE      write the report as JSON (with the version and git commit)\n"
     "  --dump-graphs DIR  one Graphviz file per captured graph\n"
     "\n"
@@ -87,7 +88,7 @@ struct parsed {
   sim::sim_options options;
   std::string json_path, dot_dir;
   bool help = false;
-  std::int32_t rounds_per_launch = 0;  // > 0: the round loop (tools/loop_command.hpp)
+  loop_flags loop;  // rounds_per_launch > 0: the round loop (tools/loop_command.hpp)
 };
 
 std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t lo,
@@ -255,7 +256,9 @@ parsed parse(const std::vector<std::string>& args) {
     } else if (flag == "--verify-every") {
       o.verify_every = num(1, 1 << 24);
     } else if (flag == "--rounds-per-launch") {
-      p.rounds_per_launch = num(1, 1 << 20);
+      p.loop.rounds_per_launch = num(1, 1 << 20);
+    } else if (flag == "--max-new-tokens") {
+      p.loop.max_new_tokens = num(1, 1 << 30);
     } else if (flag == "--json") {
       p.json_path = value;
     } else if (flag == "--dump-graphs") {
@@ -289,14 +292,16 @@ parsed parse(const std::vector<std::string>& args) {
   }
   o.verify_tokens = no_verify_round ? 0 : static_cast<std::int32_t>(verify_tokens);
   o.verify_tokens = sim::resolved_verify_tokens(o);
-  if (p.rounds_per_launch > 0) {
+  if (p.loop.max_new_tokens > 0 && p.loop.rounds_per_launch == 0)
+    throw flag_error("--max-new-tokens: only the round loop has a budget; add --rounds-per-launch");
+  if (p.loop.rounds_per_launch > 0) {
     if (const char* flag = loop_conflict(o, !depth_text.empty(), !p.dot_dir.empty())) {
       throw flag_error(std::string("--rounds-per-launch: runs fa3 whole rounds of every step with "
                                    "draft extend; drop ") +
                        flag);
     }
-    if (p.rounds_per_launch > o.rounds) {
-      throw flag_error("--rounds-per-launch: " + std::to_string(p.rounds_per_launch) +
+    if (p.loop.rounds_per_launch > o.rounds) {
+      throw flag_error("--rounds-per-launch: " + std::to_string(p.loop.rounds_per_launch) +
                        " exceeds --rounds " + std::to_string(o.rounds));
     }
     return p;
@@ -344,8 +349,8 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   try {
     auto ex = make_executor(o.executor);
-    if (p.rounds_per_launch > 0) {
-      run_loop_command(*ex, o, p.rounds_per_launch, out, json_out.is_open() ? &json_out : nullptr);
+    if (p.loop.rounds_per_launch > 0) {
+      run_loop_command(*ex, o, p.loop, out, json_out.is_open() ? &json_out : nullptr);
       if (json_out.is_open() && !json_out.flush()) throw error("--json: writing failed");
       return 0;
     }

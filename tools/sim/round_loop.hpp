@@ -13,7 +13,7 @@
 // writes the committed tokens' K/V at their req_to_token slots; the engine's prefix-tail copies
 // run before each round's first draft step; its allocator publishes pages to the ring. The host
 // steps in every N rounds: it reads the round log, verifies, replaces the requests that finished
-// (stop token) with new ones and refills the ring. Both modes do exactly that at the same
+// (stop token, or length budget) with new ones and refills the ring. Both modes do exactly that at the same
 // rounds, so their accepted paths and final req_to_token must be identical.
 #pragma once
 
@@ -43,6 +43,9 @@ struct loop_options {
   std::int32_t verify_every = 10;
   double tolerance = 1e-5;
   std::int32_t stop_every = 997;  // the toy target predicts the stop token once in this many
+  // Every request's length budget (the tokens it may produce), [1, 1 << 30]; 0: no budget. Set,
+  // the commit runs it down in place and finishes a request when it is spent (docs/commit.md).
+  std::int32_t max_new_tokens = 0;
   // Tests: in round `corrupt_round`, the device mode skips its prefix-tail copies (the branch
   // pages' copied tail stays stale): the verification must name that round.
   std::int32_t corrupt_round = -1;
@@ -59,7 +62,9 @@ struct loop_mode_stats {
   std::int64_t copies_to_host = 0, copies_to_device = 0;
   std::int64_t host_steps = 0;  // the times the host read the log (every N rounds, or every round)
   std::int64_t finished = 0, replaced = 0;
-  std::int64_t accepted = 0;    // accepted draft tokens, summed over live rows and rounds
+  std::int64_t finished_by_budget = 0;  // of `finished`: by the budget, not a stop token
+  std::int64_t accepted = 0;            // accepted draft tokens, summed over live rows and rounds
+  std::int64_t emitted = 0;             // tokens the clients get (emit_len), summed likewise
   std::int64_t row_rounds = 0;  // live requests summed over rounds (not idling, not padding)
   double seconds = 0, host_seconds = 0;
 };
@@ -72,9 +77,10 @@ struct loop_report {
   // The draft attention outputs of the verified rounds, both modes, against float64.
   std::int64_t verified_rounds = 0, verified_outputs = 0;  // (row, branch, step, head) vectors
   double max_relative_error = 0;
-  // device loop vs host-driven: per round the accepted paths, lengths, bonus tokens and finished
-  // flags, every draft output vector of every round (bitwise, by a 64-bit hash), then seq_len,
-  // allocated_len, the ring head and req_to_token at the end.
+  // device loop vs host-driven: per round the accepted paths, lengths, bonus tokens, finished
+  // flags, emitted lengths and budgets left, every draft output vector of every round (bitwise,
+  // by a 64-bit hash), then seq_len, allocated_len, the budgets, the ring head and req_to_token
+  // at the end.
   std::int64_t compared_rounds = 0, compared_cells = 0;
   bool identical = false;
 };

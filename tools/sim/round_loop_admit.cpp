@@ -38,6 +38,7 @@ void engine::admit(std::int32_t r) {
   seq[static_cast<std::size_t>(r)] = s;
   pool[static_cast<std::size_t>(r)] = pr;
   allocated[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(alloc);
+  if (!left.empty()) left[static_cast<std::size_t>(r)] = opt.max_new_tokens;
 
   next_round_sizes z = next_round_exact_capacities(1, D, opt.num_steps, opt.topk, opt.page_size);
   next_round_params p = z.capacities;
@@ -113,11 +114,13 @@ void engine::upload_row(std::int32_t r) {
                                   hd,
                                   k_pool.as<float>(),
                                   v_pool.as<float>()};
-  launch_rows<loop_commit_kv_kernel>(ex, c, 1, lcuda.commit_kv);
+  // The engine's prefill: device work (on the host executor it runs on this thread).
+  device_work(false, [&] { launch_rows<loop_commit_kv_kernel>(ex, c, 1, lcuda.commit_kv); });
 }
 
-// The batch's state into the runtime's staged inputs and the round section (allocated_len and
-// the prefix-tail copies; padded rows: nothing allocated, no copies).
+// The batch's state into the runtime's staged inputs and the round section (allocated_len, the
+// prefix-tail copies and, in the device loop, the budgets; padded rows: nothing allocated, no
+// copies). The host-driven rounds' budgets live in the host arena (run_host).
 void engine::stage_all() {
   round_inputs in;
   in.batch = opt.batch;
@@ -128,6 +131,8 @@ void engine::stage_all() {
   const round_view v = rt_->buffers().round(bucket_);
   ex.copy_to_device(v.allocated_len, allocated.data(), allocated.size() * 4);
   if (tail_pairs > 0) ex.copy_to_device(v.next.tail_copy, tail.data(), tail.size() * 4);
+  if (device_mode && !left.empty())
+    ex.copy_to_device(v.max_new_tokens_left, left.data(), left.size() * 4);
 }
 
 // The engine's allocator: ring entries up to ring_head_seen + ahead published (entry e holds

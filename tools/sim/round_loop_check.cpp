@@ -14,9 +14,11 @@ namespace specgraph::sim::loop {
 
 // A live row's round from the semantics, not the kernels: it accepts its root; it finished
 // exactly when a token it committed (the toy target's prediction at an accepted node) is the
-// stop token; and, when the last round is given (same host step), it advanced by that round's
-// accepted run and the bonus. A restaged row left idle breaks the first.
-void engine::check_bookkeeping(std::int32_t round, std::int32_t r, const loop_round& rec,
+// stop token or, with a budget, when the round's tokens reach it; the client gets the run cut
+// after the stop token and at the budget, and the budget runs down by that; and, when the last
+// round is given (same host step), it advanced by that round's accepted run and the bonus. A
+// restaged row left idle breaks the first.
+bool engine::check_bookkeeping(std::int32_t round, std::int32_t r, const loop_round& rec,
                                const loop_round* prev) const {
   const auto u = static_cast<std::size_t>(r);
   const std::string at = "round loop: round " + std::to_string(round) + " row " + std::to_string(r);
@@ -32,23 +34,50 @@ void engine::check_bookkeeping(std::int32_t round, std::int32_t r, const loop_ro
     throw error(at + ": accept_length " + std::to_string(c) + " outside [0, num_steps " +
                 std::to_string(S - 1) + "]");
   }
-  bool stop = false;
-  for (std::int32_t k = 0; k <= c; ++k) {
-    stop = stop || loop_target(rec.salt[u], rec.seq_len[u], path[k] - first, opt.stop_every) ==
-                       loop_stop_token;
+  // The committed tokens o_0 .. o_c; e: the first that is the stop token (or none).
+  std::int32_t e = -1;
+  for (std::int32_t k = 0; k <= c && e < 0; ++k) {
+    if (loop_target(rec.salt[u], rec.seq_len[u], path[k] - first, opt.stop_every) ==
+        loop_stop_token)
+      e = k;
   }
-  if (stop != (rec.finished[u] != 0)) {
-    throw error(at + ": finished " + std::to_string(rec.finished[u]) +
-                ", but the committed tokens " + (stop ? "hold" : "do not hold") +
-                " the stop token");
+  // The budget m (when set): finished also when the round's c + 1 tokens reach it, and the
+  // client gets at most m; what is left is m less what it got.
+  const bool budgeted = !rec.budget.empty();
+  const std::int64_t m = budgeted ? rec.budget[u] : 0;
+  if (budgeted && m < 1) {
+    throw error(at + ": a live request's budget is " + std::to_string(m) +
+                " (a row that finished by its budget was not left idle?)");
   }
-  if (prev == nullptr) return;
+  const bool finished = e >= 0 || (budgeted && c + 1 >= m);
+  std::int64_t emit = e >= 0 ? e + 1 : c + 1;
+  if (budgeted) emit = std::min(emit, m);
+  if (finished != (rec.finished[u] != 0)) {
+    throw error(at + ": finished " + std::to_string(rec.finished[u]) + ", but the committed " +
+                "tokens " + (e >= 0 ? "hold" : "do not hold") + " the stop token" +
+                (budgeted ? " and the round's " + std::to_string(c + 1) + " tokens " +
+                                (c + 1 >= m ? "reach" : "stay below") + " the budget " +
+                                std::to_string(m)
+                          : std::string()));
+  }
+  if (rec.emit_len[u] != emit) {
+    throw error(at + ": emit_len " + std::to_string(rec.emit_len[u]) + ", want " +
+                std::to_string(emit) + " (the committed run cut after the stop token" +
+                (budgeted ? " or at the budget)" : ")"));
+  }
+  if (budgeted && rec.left[u] != m - emit) {
+    throw error(at + ": budget left " + std::to_string(rec.left[u]) + ", want " +
+                std::to_string(m - emit) + " (the budget " + std::to_string(m) + " less emit_len " +
+                std::to_string(emit) + ")");
+  }
+  if (prev == nullptr) return finished && e < 0;
   const std::int64_t want =
       static_cast<std::int64_t>(prev->seq_len[u]) + prev->accept_length[u] + 1;
   if (rec.seq_len[u] != want) {
     throw error(at + ": seq_len " + std::to_string(rec.seq_len[u]) + ", want " +
                 std::to_string(want) + " (the last round's seq_len + accept length + 1)");
   }
+  return finished && e < 0;
 }
 
 // Query (r, t) at step j attends to the committed positions 0 .. seq_len - 1 (K/V
@@ -178,6 +207,8 @@ loop_report run_round_loop(executor& ex, const loop_options& o) {
     same(a.bonus, b.bonus, at + "bonus", rep.compared_cells);
     same(a.finished, b.finished, at + "finished", rep.compared_cells);
     same(a.seq_len, b.seq_len, at + "seq_len", rep.compared_cells);
+    same(a.emit_len, b.emit_len, at + "emit_len", rep.compared_cells);
+    same(a.left, b.left, at + "budget left", rep.compared_cells);
     same(a.output_hash, b.output_hash, at + "draft outputs (hash per step and query row)",
          rep.compared_cells);
     ++rep.compared_rounds;
@@ -189,6 +220,7 @@ loop_report run_round_loop(executor& ex, const loop_options& o) {
   same(device_final.seq_len, host_final.seq_len, "final seq_len", rep.compared_cells);
   same(device_final.allocated_len, host_final.allocated_len, "final allocated_len",
        rep.compared_cells);
+  same(device_final.left, host_final.left, "final budgets", rep.compared_cells);
   same(device_final.req_to_token, host_final.req_to_token, "final req_to_token",
        rep.compared_cells);
   if (device_final.ring_head != host_final.ring_head) {

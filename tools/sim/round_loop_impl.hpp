@@ -4,6 +4,7 @@
 // round_loop_check.cpp (the float64 reference and the comparison).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -32,13 +33,17 @@ struct loop_round {
   std::vector<std::uint64_t> salt;                           // [bucket] the request on each row
   std::vector<std::int32_t> accept_index;                    // [bucket][S]
   std::vector<std::int32_t> accept_length, bonus, finished;  // [bucket]
+  std::vector<std::int32_t> emit_len;  // [bucket] the tokens the client gets (the commit's)
+  // [bucket] the length budget before the round (as the host staged it, or the last round left
+  // it) and after it (the commit's write-back); empty without a budget.
+  std::vector<std::int32_t> budget, left;
   std::vector<std::uint64_t> output_hash;  // [steps][rows]: FNV-1a of each output vector
   std::vector<std::uint8_t> checked;       // [bucket]: a live request (not idling after finishing)
 };
 
 // What both modes must end with identically.
 struct final_state {
-  std::vector<std::int32_t> seq_len, allocated_len, req_to_token;
+  std::vector<std::int32_t> seq_len, allocated_len, left, req_to_token;
   std::int64_t ring_head = 0;
 };
 
@@ -78,7 +83,8 @@ class engine {
   template <class F>
   void device_work(bool is_sync, F&& work);
   // round_loop_check.cpp
-  void check_bookkeeping(std::int32_t round, std::int32_t r, const loop_round& rec,
+  // Returns whether the row finished by its budget (not on a stop token).
+  bool check_bookkeeping(std::int32_t round, std::int32_t r, const loop_round& rec,
                          const loop_round* prev) const;
   void verify_round(std::int32_t round, const loop_round& rec, const float* out,
                     loop_report& rep) const;
@@ -101,6 +107,7 @@ class engine {
   std::vector<std::int32_t> h_r2t;  // [pool_rows][width]
   std::vector<std::uint64_t> h_salt;
   std::vector<std::int32_t> seq, pool, allocated;  // [bucket]
+  std::vector<std::int32_t> left;                  // [bucket] budgets; empty without one
   std::vector<std::int64_t> slots;                 // [bucket][topk][stride]
   std::vector<std::int32_t> tail;                  // [bucket][tail_pairs][2]
   // Executor memory.
@@ -116,5 +123,17 @@ class engine {
   sim_cuda_launchers cuda = sim_cuda();
   loop_cuda_launchers lcuda = loop_cuda();
 };
+
+// Runs `work` (a launch or a synchronisation) and adds its wall time to device_secs when it is
+// device work done on this thread: a synchronisation's wait on any executor; a launch on the
+// host executor, which runs the graph or kernel right there (on CUDA a launch is host work: the
+// submission).
+template <class F>
+void engine::device_work(bool is_sync, F&& work) {
+  const auto t0 = std::chrono::steady_clock::now();
+  work();
+  if (is_sync || host_executor)
+    device_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace specgraph::sim::loop

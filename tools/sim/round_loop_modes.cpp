@@ -38,17 +38,6 @@ std::vector<T> slice(const T* p, std::int64_t n) {
 
 }  // namespace
 
-// Runs `work` (a graph launch or a synchronisation) and adds its wall time to device_secs when
-// it is device work done on this thread: a synchronisation's wait on any executor; a launch on
-// the host executor, which runs the graph right there (on CUDA a launch is host work: the
-// submission).
-template <class F>
-void engine::device_work(bool is_sync, F&& work) {
-  const auto t0 = clock_type::now();
-  work();
-  if (is_sync || host_executor) device_secs += since(t0);
-}
-
 // The round log's counter at 0: round k's log lands in slot k % N whatever the capture ran.
 void engine::reset_counter() {
   const std::int32_t zero = 0;
@@ -73,11 +62,12 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
   in.ring_capacity = pages_per_round * opt.rounds_per_launch;
   in.ring_tail = ring_tail.as<std::int64_t>();
   in.stop_token_count = 1;
-  in.budget = false;
+  in.budget = !left.empty();
   rt_->bind_round_ring(in);
   (void)rt_->capture();
   reset_counter();
   for (std::int32_t r = 0; r < opt.batch; ++r) admit(r);
+  device_secs = 0;  // the first requests' prefill is outside the timed rounds
   stage_all();
   const round_view v = rt_->buffers().round(bucket_);
   const std::int64_t zero64 = 0;
@@ -94,20 +84,25 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
     device_work(false, [&] { rt_->launch_device_rounds(n); });
     // The host step: everything below reads the N rounds' results.
     device_work(true, [&] { ex.synchronize(); });
-    std::vector<std::int32_t> log(static_cast<std::size_t>(n) * bucket_ * (S + 4));
+    const std::int64_t b = bucket_, per_round = b * (S + loop_log_kernel::row_fields);
+    std::vector<std::int32_t> log(static_cast<std::size_t>(n * per_round));
     ex.copy_to_host(log.data(), log_int.data(), log.size() * 4);
     ex.copy_to_host(&ring_head_seen, v.ring_head, 8);
     for (std::int32_t i = 0; i < n; ++i) {
       const std::int32_t k = first + i;
-      const std::int32_t* at =
-          log.data() + static_cast<std::int64_t>(k % opt.rounds_per_launch) * bucket_ * (S + 4);
+      const std::int32_t* at = log.data() + (k % opt.rounds_per_launch) * per_round;
       loop_round rec;
-      const std::int64_t b = bucket_;
       rec.accept_index = slice(at, b * S);
       rec.accept_length = slice(at + b * S, b);
       rec.bonus = slice(at + b * S + b, b);
       rec.finished = slice(at + b * S + 2 * b, b);
       rec.seq_len = slice(at + b * S + 3 * b, b);
+      rec.emit_len = slice(at + b * S + 4 * b, b);
+      if (!left.empty()) {
+        // Before the round: as the host staged it (the step's first round) or the last left it.
+        rec.budget = i == 0 ? left : rounds.back().left;
+        rec.left = slice(at + b * S + 5 * b, b);
+      }
       rounds.push_back(std::move(rec));
     }
     add_counters(stats, before, ex.counters());
@@ -126,6 +121,7 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
   (void)rt_->capture();
   reset_counter();
   for (std::int32_t r = 0; r < opt.batch; ++r) admit(r);
+  device_secs = 0;  // the first requests' prefill is outside the timed rounds
   std::vector<unsigned char> arena(p.total_bytes + arena_alignment, 0);
   const auto base = reinterpret_cast<std::uintptr_t>(arena.data());
   const draft_buffers h(
@@ -143,7 +139,7 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
   hin.ring_capacity = pages_per_round * opt.rounds_per_launch;
   hin.ring_tail = &tail_published;
   hin.stop_token_count = 1;
-  hin.budget = false;
+  hin.budget = !left.empty();
   hin.real_batch = opt.batch;
   const round_launch l = after_verify_params(hv, hin);
   const std::int64_t b = bucket_;
@@ -180,6 +176,10 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
     std::memcpy(h.req_pool_index(), pool.data(), pool.size() * 4);
     std::memcpy(h.out_cache_loc(), slots.data(), slots.size() * 8);
     std::memcpy(hv.allocated_len, allocated.data(), allocated.size() * 4);
+    if (!left.empty()) {
+      rec.budget = left;
+      std::memcpy(hv.max_new_tokens_left, left.data(), left.size() * 4);
+    }
     std::memset(static_cast<void*>(hv.guard), 0, sizeof(guard_word) * round_guard_count);
     accept_host(l.accept);
     commit_host(l.commit);
@@ -187,6 +187,11 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
     rec.accept_length = slice(hv.accept.accept_length, b);
     rec.bonus = slice(hv.accept.bonus, b);
     rec.finished = slice(hv.commit.finished, b);
+    rec.emit_len = slice(hv.commit.emit_len, b);
+    if (!left.empty()) {
+      left = slice(hv.max_new_tokens_left, b);
+      rec.left = left;
+    }
     std::vector<std::int32_t> ext(static_cast<std::size_t>(opt.batch));
     for (std::int32_t r = 0; r < opt.batch; ++r)
       ext[static_cast<std::size_t>(r)] = rec.accept_length[static_cast<std::size_t>(r)] + 1;
@@ -259,9 +264,10 @@ void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std:
       rec.salt[u] = h_salt[static_cast<std::size_t>(pool[u])];
       rec.checked[u] = r < opt.batch && idle[u] == 0;
       if (rec.checked[u] != 0) {
-        check_bookkeeping(first + i, r, rec,
-                          i > 0 ? &rounds[static_cast<std::size_t>(first + i - 1)] : nullptr);
+        stats.finished_by_budget += check_bookkeeping(
+            first + i, r, rec, i > 0 ? &rounds[static_cast<std::size_t>(first + i - 1)] : nullptr);
         stats.accepted += rec.accept_length[u];
+        stats.emitted += rec.emit_len[u];
         ++stats.row_rounds;
         if (rec.finished[u] != 0) {
           idle[u] = 1;
@@ -292,6 +298,8 @@ void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std:
   for (std::int32_t r = 0; r < opt.batch; ++r) {
     if (idle[static_cast<std::size_t>(r)] != 0) replaced.push_back(r);
   }
+  // The budgets as the step's last round left them (the host-driven rounds' copy already is).
+  if (!left.empty()) left = rounds[static_cast<std::size_t>(first + count - 1)].left;
   if (!replaced.empty() && first + count < opt.rounds) {
     if (device_mode) read_staged_state();
     for (const std::int32_t r : replaced) admit(r);
@@ -314,14 +322,15 @@ void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std:
 }
 
 // The device mode's state at a host step, for restaging: the staged seq_len and draft slots,
-// the section's allocated_len and prefix-tail copies, and req_to_token (the rows that finished
-// give their pages back).
+// the section's allocated_len, prefix-tail copies and budgets, and req_to_token (the rows that
+// finished give their pages back).
 void engine::read_staged_state() {
   const round_view v = rt_->buffers().round(bucket_);
   ex.copy_to_host(seq.data(), rt_->buffers().seq_len(), seq.size() * 4);
   ex.copy_to_host(slots.data(), rt_->buffers().out_cache_loc(), slots.size() * 8);
   ex.copy_to_host(allocated.data(), v.allocated_len, allocated.size() * 4);
   if (tail_pairs > 0) ex.copy_to_host(tail.data(), v.next.tail_copy, tail.size() * 4);
+  if (!left.empty()) ex.copy_to_host(left.data(), v.max_new_tokens_left, left.size() * 4);
   ex.copy_to_host(h_r2t.data(), d_r2t.data(), h_r2t.size() * 4);
 }
 
@@ -333,6 +342,7 @@ final_state engine::read_final() {
   }
   f.seq_len = seq;
   f.allocated_len = allocated;
+  f.left = left;
   f.req_to_token = h_r2t;
   f.ring_head = ring_head_seen;
   return f;
