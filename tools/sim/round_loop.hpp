@@ -13,8 +13,8 @@
 // writes the committed tokens' K/V at their req_to_token slots; the engine's prefix-tail copies
 // run before each round's first draft step; its allocator publishes pages to the ring. The host
 // steps in every N rounds: it reads the round log, verifies, replaces the requests that finished
-// (stop token, or length budget) with new ones and refills the ring. Both modes do exactly that at the same
-// rounds, so their accepted paths and final req_to_token must be identical.
+// (stop token, or length budget) with new ones and refills the ring. Both modes do exactly that at
+// the same rounds, so their accepted paths and final req_to_token must be identical.
 #pragma once
 
 #include <cstdint>
