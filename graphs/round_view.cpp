@@ -45,6 +45,7 @@ round_view draft_buffers::round(std::int32_t bucket) const {
   a.batch = a.real_batch = bucket;
   a.real_batch_at = real_batch();
   a.idle = i32(round_finished);  // a finished row left in place is idle (section 4)
+  a.stall = v.stall;  // rounds queued after a stall accept nothing (the next round's words)
   a.draft_tokens = d;
   a.num_steps = c.num_steps;
   a.accept_index = i32(round_accept_index);
@@ -71,6 +72,7 @@ round_view draft_buffers::round(std::int32_t bucket) const {
   m.batch = m.real_batch = bucket;
   m.real_batch_at = real_batch();
   m.idle = i32(round_finished);  // in place: the flags stay until the engine clears them
+  m.stall = v.stall;
   m.draft_tokens = d;
   m.num_steps = c.num_steps;
   m.topk = c.topk;

@@ -1,6 +1,7 @@
 // Per-request code of greedy tree acceptance (docs/accept.md), part 2: the one pass. Thread r <
 // batch checks request r (when real), walks its tree and writes every output cell of its row;
-// a padding row (past the real batch, idle, or refused by the check) accepts nothing. Thread batch
+// a padding row (past the real batch, idle, refused by the check, or any row of a stalled round)
+// accepts nothing. Thread batch
 // records a clamped real-batch word. Each output cell is stored once, through checked_store.
 #pragma once
 
@@ -31,7 +32,9 @@ struct accept_kernel {
       }
       return;
     }
-    bool padded = r >= real || (p.idle != nullptr && p.idle[r] != 0);
+    // A stalled round (accept_params::stall) accepts nothing and keeps bonus and new_seq_len.
+    const bool stalled = p.stall != nullptr && *p.stall != 0;
+    bool padded = stalled || r >= real || (p.idle != nullptr && p.idle[r] != 0);
     if (!padded) {
       const accept_fault f = accept_check(p, r);
       if (f.column != -4) {
@@ -83,11 +86,11 @@ struct accept_kernel {
     if (p.accept_length != nullptr) {
       checked_store(p.accept_length, r, cap(p.accept_length_capacity), a.length, g, out, r);
     }
-    if (p.bonus != nullptr) {
+    if (p.bonus != nullptr && !stalled) {
       const std::int32_t v = padded ? 0 : t.predict[a.last];
       checked_store(p.bonus, r, cap(p.bonus_capacity), v, g, out, r);
     }
-    if (p.new_seq_len != nullptr) {
+    if (p.new_seq_len != nullptr && !stalled) {
       const std::int64_t v = padded ? static_cast<std::int64_t>(p.seq_len[r])
                                     : static_cast<std::int64_t>(p.seq_len[r]) + a.length + 1;
       checked_store(p.new_seq_len, r, cap(p.new_seq_len_capacity), v, g, out, r);

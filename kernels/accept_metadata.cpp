@@ -88,6 +88,7 @@ void validate(const accept_params& p) {
 
 void validate_contents_host(const accept_params& p) {
   validate(p);
+  if (p.stall != nullptr && *p.stall != 0) return;  // a stalled round reads no row
   const std::int64_t d = p.draft_tokens;
   for (std::int32_t r = 0; r < p.real_batch; ++r) {
     if (p.idle != nullptr && p.idle[r] != 0) continue;

@@ -1,12 +1,12 @@
 // Per-request code of the commit (docs/commit.md): the input check, the KV moves and the finish
 // rules of one request, and the one pass. Host+device; one logical thread per request, a few
 // registers, no scratch. Thread r < batch checks request r (when real) and writes every output
-// cell of its row; a padding row (past the real batch, or refused by the check) moves nothing and
-// does not finish; an idle row (finished earlier, left in place) moves nothing and writes only
-// kv_move, so its finish cells keep the round it finished in. Thread batch records a clamped
-// real-batch word. Every output cell is stored once, through checked_store; the budget
-// (max_new_tokens_left, in-place state) of a real row the check passed is decremented in place by
-// its emit_len.
+// cell of its row; a padding row (past the real batch, refused by the check, or not idle in a
+// stalled round) moves nothing and does not finish; an idle row (finished earlier, left in place)
+// moves nothing and writes only kv_move, so its finish cells keep the round it finished in. Thread
+// batch records a clamped real-batch word. Every output cell is stored once, through checked_store;
+// the budget (max_new_tokens_left, in-place state) of a real row the check passed is decremented in
+// place by its emit_len.
 //
 // Costs per request: the check reads c + 1 <= D accept_index entries; the moves read at most
 // 2 * num_steps req_to_token slots; the finish compares a <= D output tokens with every stop id
@@ -171,7 +171,8 @@ struct commit_kernel {
     // An idle row reads as padding but keeps its finish cells (commit_params::idle): read
     // before any store, since idle may alias finished.
     const bool idle = r < real && p.idle != nullptr && p.idle[r] != 0;
-    bool padded = r >= real || idle;
+    // A stalled round (commit_params::stall): every row that is not idle is padding.
+    bool padded = r >= real || idle || (p.stall != nullptr && *p.stall != 0);
     if (!padded) {
       const commit_fault f = commit_check(p, r);
       if (f.column != commit_col_none) {

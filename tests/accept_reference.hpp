@@ -20,17 +20,25 @@ struct accept_case {
   // [B], or empty: a real row with a nonzero cell is idle (finished earlier, left in place) and
   // written as padding.
   std::vector<std::int32_t> idle;
+  // [1], or empty (no stall word): a nonzero word stalls the round. Every row is then padding,
+  // and bonus and new_seq_len are not written (accept_expect::keeps_next).
+  std::vector<std::int32_t> stall;
+  bool stalled() const { return !stall.empty() && stall[0] != 0; }
 };
 
 struct accept_expect {
   std::vector<std::vector<std::int32_t>> path;  // the accepted nodes of each row, root first
   std::vector<std::int64_t> accept_index, accept_length, predict, accept_tokens, bonus, new_seq_len,
       select_index;
+  // A stalled round: bonus and new_seq_len are not written (the values above are padding's; the
+  // caller expects the old cells).
+  bool keeps_next = false;
 };
 
 inline accept_expect accept_reference(const accept_case& c) {
   const std::int64_t B = c.bucket, D = c.nodes, S = c.steps + 1;
   accept_expect e;
+  e.keeps_next = c.stalled();
   e.path.resize(static_cast<std::size_t>(B));
   e.accept_index.assign(static_cast<std::size_t>(B * S), -1);
   e.predict.assign(static_cast<std::size_t>(B * D), 0);
@@ -38,7 +46,7 @@ inline accept_expect accept_reference(const accept_case& c) {
   for (std::int64_t r = 0; r < B; ++r) {
     std::vector<std::int32_t>& path = e.path[static_cast<std::size_t>(r)];
     const bool idle = !c.idle.empty() && c.idle[static_cast<std::size_t>(r)] != 0;
-    if (r < c.real_batch && !idle) {
+    if (r < c.real_batch && !idle && !c.stalled()) {
       // children[u]: the nodes whose parent is u, in increasing order.
       std::vector<std::vector<std::int64_t>> children(static_cast<std::size_t>(D));
       for (std::int64_t i = 1; i < D; ++i) {

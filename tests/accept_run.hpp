@@ -60,6 +60,7 @@ inline void run_accept_into(accept_outputs& o, executor& ex, const accept_case& 
   p.target_predict = c.target.data();
   p.seq_len = c.seq_len.data();
   p.idle = c.idle.empty() ? nullptr : c.idle.data();
+  p.stall = c.stall.empty() ? nullptr : c.stall.data();
   p.batch = c.bucket;
   p.real_batch = c.real_batch;
   const std::int32_t word = word_value != nullptr ? *word_value : c.real_batch;
@@ -112,7 +113,8 @@ inline accept_outputs run_accept_on(executor& ex, const accept_case& c, bool dev
     return v.empty() ? std::vector<std::int32_t>{0} : v;  // B = 0: a valid, never read pointer
   };
   dvec<std::int32_t> parent(ex, nonempty(c.parent)), draft(ex, nonempty(c.draft)),
-      target(ex, nonempty(c.target)), seq_len(ex, nonempty(c.seq_len)), idle(ex, nonempty(c.idle));
+      target(ex, nonempty(c.target)), seq_len(ex, nonempty(c.seq_len)), idle(ex, nonempty(c.idle)),
+      stall(ex, nonempty(c.stall));
   dvec<std::int32_t> word(ex, std::vector<std::int32_t>{c.real_batch});
   std::vector<dvec<std::int32_t>> out;
   for (int i = 0; i < accept_output_count; ++i) {
@@ -127,6 +129,7 @@ inline accept_outputs run_accept_on(executor& ex, const accept_case& c, bool dev
   p.target_predict = target.data();
   p.seq_len = seq_len.data();
   p.idle = c.idle.empty() ? nullptr : idle.data();
+  p.stall = c.stall.empty() ? nullptr : stall.data();
   p.batch = c.bucket;
   p.real_batch = device_word ? c.bucket : c.real_batch;
   if (device_word) p.real_batch_at = word.data();

@@ -59,9 +59,13 @@ commit_case random_case(std::mt19937_64& rng) {
   for (std::int32_t r = 0; r < c.bucket && flags; ++r) {
     c.idle.push_back(r >= c.real_batch ? pick(-3, 3) : (rng() % 3 == 0 ? pick(1, 3) : 0));
   }
+  // In one case in eight a stall word: nonzero (the round is stalled: every real row holds junk
+  // and is padding, or idle) in half of them, else 0 (read, not stalled).
+  if (rng() % 8 == 0) c.stall.push_back(rng() % 2 == 0 ? pick(1, 3) : 0);
+  const bool stalled = !c.stall.empty() && c.stall[0] != 0;
   for (std::int32_t r = 0; r < c.bucket; ++r) {
-    if (r >= c.real_batch || (flags && c.idle[static_cast<std::size_t>(r)] != 0)) {
-      // junk: a padding or idle row is never read
+    if (r >= c.real_batch || (flags && c.idle[static_cast<std::size_t>(r)] != 0) || stalled) {
+      // junk: a padding, idle or stalled row is never read
       for (std::int64_t k = 0; k < S; ++k) c.accept_index.push_back(pick(-5, 100));
       for (std::int64_t j = 0; j < D; ++j) c.accept_tokens.push_back(pick(-5, 100));
       c.accept_length.push_back(pick(-5, 100));
@@ -110,7 +114,7 @@ TEST(CommitRandom, EveryCellAgainstTheReference) {
   auto ex = make_host_executor();
   const int cases = property_cases(200000);
   std::int64_t rows = 0, finished = 0, moves = 0, chains = 0, short_runs = 0, spare_runs = 0;
-  std::int64_t idle_rows = 0;
+  std::int64_t idle_rows = 0, stalled_rows = 0;
   for (int i = 0; i < cases; ++i) {
     const commit_case c = random_case(rng);
     SCOPED_TRACE("case " + std::to_string(i));
@@ -144,6 +148,7 @@ TEST(CommitRandom, EveryCellAgainstTheReference) {
       idle_rows += is_idle ? 1 : 0;
       if (!is_idle) finished += o.cells[1][static_cast<std::size_t>(r)];
     }
+    if (!c.stall.empty() && c.stall[0] != 0) stalled_rows += c.real_batch;
   }
   // The cases exercised what they claim (at the default case count).
   if (cases >= 100000) {
@@ -152,11 +157,13 @@ TEST(CommitRandom, EveryCellAgainstTheReference) {
     EXPECT_LT(finished, rows);
     EXPECT_GT(moves, 0);
     EXPECT_GT(idle_rows, rows / 50) << "too few idle rows";
+    EXPECT_GT(stalled_rows, rows / 100) << "too few rows in stalled rounds";
   }
   RecordProperty("rows", std::to_string(rows));
   RecordProperty("finished", std::to_string(finished));
   RecordProperty("moves", std::to_string(moves));
   RecordProperty("idle_rows", std::to_string(idle_rows));
+  RecordProperty("stalled_rows", std::to_string(stalled_rows));
   RecordProperty("order_sensitive_rows", std::to_string(chains));
   RecordProperty("short_runs", std::to_string(short_runs));
   RecordProperty("spare_runs", std::to_string(spare_runs));

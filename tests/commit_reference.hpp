@@ -7,7 +7,8 @@
 // an earlier round and was left in place, with no idle flags) is refused, written as padding,
 // its budget untouched and its row listed in `refused`. An idle row (a nonzero `idle` cell: it
 // finished earlier and was left in place) moves nothing, keeps its budget, and is listed in
-// `idle_rows`: its finished, emit_len and free cells are not written (the caller keeps them).
+// `idle_rows`: its finished, emit_len and free cells are not written (the caller keeps them). In a
+// stalled round (`stall`) every other real row is padding.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,9 @@ struct commit_case {
   bool has_budget = false;
   std::vector<std::int32_t> budget;  // [B] when has_budget
   std::vector<std::int32_t> idle;    // [B], or empty: nonzero marks an idle real row
+  // [1], or empty (no stall word): a nonzero word stalls the round, and every real row that is
+  // not idle is then padding.
+  std::vector<std::int32_t> stall;
 };
 
 struct commit_expect {
@@ -69,6 +73,8 @@ inline commit_expect commit_reference(const commit_case& c) {
       e.idle_rows.push_back(r);
       continue;
     }
+    if (!c.stall.empty() && c.stall[0] != 0)
+      continue;  // padding: nothing moves, nothing finishes, the budget kept
     if (c.has_budget && c.budget[ru] < 1) {  // refused: a padding row, nothing written for it
       e.refused.push_back(r);
       continue;

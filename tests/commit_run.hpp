@@ -63,6 +63,7 @@ inline commit_params commit_inputs(const commit_case& c, std::int32_t* budget) {
   p.stop_token_ids = c.stop_ids.empty() && !c.stop_pointer ? nullptr : c.stop_ids.data();
   p.max_new_tokens_left = c.has_budget ? budget : nullptr;
   p.idle = c.idle.empty() ? nullptr : c.idle.data();
+  p.stall = c.stall.empty() ? nullptr : c.stall.data();
   p.batch = c.bucket;
   p.real_batch = c.real_batch;
   p.draft_tokens = c.nodes;
@@ -132,7 +133,8 @@ inline void run_commit_in_executor_memory(commit_outputs& o, executor& ex, const
                            allocated_len = up(c.allocated_len), pool = up(c.req_pool_index),
                            req_to_token = up(c.req_to_token), stops = up(c.stop_ids),
                            budget = up(commit_budget_cells(c)), word = up(v32{c.real_batch}),
-                           idle = up(c.idle.empty() ? v32{0} : c.idle);
+                           idle = up(c.idle.empty() ? v32{0} : c.idle),
+                           stall = up(c.stall.empty() ? v32{0} : c.stall);
   std::vector<dvec<std::int32_t>> out;
   for (int i = 0; i < commit_output_count; ++i) {
     out.emplace_back(ex, static_cast<std::size_t>(caps[i] + commit_slack), commit_poison);
@@ -150,6 +152,7 @@ inline void run_commit_in_executor_memory(commit_outputs& o, executor& ex, const
   p.req_to_token = req_to_token.data();
   if (p.stop_token_ids != nullptr) p.stop_token_ids = stops.data();
   if (p.idle != nullptr) p.idle = idle.data();
+  if (p.stall != nullptr) p.stall = stall.data();
   if (device_word) {
     p.real_batch = c.bucket;
     p.real_batch_at = word.data();

@@ -88,13 +88,20 @@ inline round_guards chain_round(round_mirror& m, round_engine& e, std::int32_t b
   // commit left (the engine clears a row's flag when it restages it).
   const std::vector<std::int32_t> idle = m.i32s(m.field(round_finished), B);
   a.idle = idle;
+  // A round queued after a stall (the word an earlier round set, not yet cleared) accepts
+  // nothing and keeps bonus and new_seq_len for the engine's rerun; its commit pads every row
+  // that is not idle.
+  const std::vector<std::int32_t> stall{m.get<std::int32_t>(m.field(round_stall), 0)};
+  a.stall = stall;
   const accept_expect ae = accept_reference(a);
   m.put_all(m.field(round_accept_index), ae.accept_index);
   m.put_all(m.field(round_accept_length), ae.accept_length);
   m.put_all(m.field(round_predict), ae.predict);
   m.put_all(m.field(round_accept_tokens), ae.accept_tokens);
-  m.put_all(m.field(round_bonus), ae.bonus);
-  m.put_all(m.field(round_new_seq_len), ae.new_seq_len);
+  if (!ae.keeps_next) {
+    m.put_all(m.field(round_bonus), ae.bonus);
+    m.put_all(m.field(round_new_seq_len), ae.new_seq_len);
+  }
   m.put_all(m.field(round_select_index), ae.select_index);
 
   commit_case k;
@@ -117,6 +124,7 @@ inline round_guards chain_round(round_mirror& m, round_engine& e, std::int32_t b
   k.has_budget = e.budget;
   k.budget = m.i32s(m.field(round_max_new_tokens_left), B);
   k.idle = idle;
+  k.stall = stall;
   const commit_expect ke = commit_reference(k);
   m.put_all(m.field(round_kv_move), ke.kv_move);
   std::vector<bool> keep(static_cast<std::size_t>(B), false);

@@ -167,10 +167,10 @@ TEST_P(RoundOpsEdges, BadContentIsRecordedNamedAndPadded) {
   }
 }
 
-// A short ring: the round stalls (every row inactive, nothing taken), the commit stands. The
-// engine refills the ring, clears the stall word and reruns the next round's launch alone over
-// the same section (its inputs, new_seq_len, bonus, finished and allocated_len, are intact);
-// then the loop goes on as before.
+// A short ring: the round stalls (every row inactive, nothing taken), the commit stands. Two
+// rounds queued behind it run first and change nothing. The engine refills the ring, clears the
+// stall word and reruns the next round's launch alone over the same section (its inputs,
+// new_seq_len, bonus, finished and allocated_len, are intact); then the loop goes on as before.
 TEST_P(RoundOpsEdges, AfterAStallTheEngineRefillsClearsAndRerunsTheNextRound) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("SPECGRAPH_SEED=" + std::to_string(seed));
@@ -196,6 +196,45 @@ TEST_P(RoundOpsEdges, AfterAStallTheEngineRefillsClearsAndRerunsTheNextRound) {
   for (std::int64_t r = 0; r < s.bucket; ++r) {
     EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_active), r), 0) << r;
     EXPECT_EQ(rig.m.get<std::int32_t>(rig.p.layout.seq_len, r), 1) << r;
+  }
+  // The rounds a device loop queued behind the stalled one run before the host steps in: fresh
+  // trees, every row inactive (staged seq_len 1). They accept nothing, move no KV, finish
+  // nothing and leave what the rerun reads (new_seq_len, bonus, finished, allocated_len) and the
+  // rest of the row state as the stalling round left it. Before the stall word was read, they
+  // accepted over seq_len 1: new_seq_len lost, KV moves inside the rows' live prefixes.
+  const round_mirror stalled = rig.m;
+  const std::vector<std::int32_t> table = rig.e.req_to_token;
+  const std::int32_t kept[] = {round_new_seq_len,        round_bonus,    round_finished,
+                               round_free_begin,         round_free_end, round_allocated_len,
+                               round_max_new_tokens_left};
+  for (int q = 0; q < 2; ++q) {
+    write_round();
+    after_verify(*ex, rig.v, rig.in);
+    expect_round(*ex, rig, chain_round(rig.m, rig.e, s.bucket), s.bucket);
+    for (std::int64_t r = 0; r < s.bucket; ++r) {
+      EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_accept_length), r), 0) << r;
+      EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_accept_index),
+                                        r * (rig.p.config.num_steps + 1)),
+                -1)
+          << r;
+      const bool done = stalled.get<std::int32_t>(stalled.field(round_finished), r) != 0;
+      EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_emit_len), r),
+                done ? stalled.get<std::int32_t>(stalled.field(round_emit_len), r) : 0)
+          << r;
+      for (const std::int32_t f : kept) {
+        EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(f), r),
+                  stalled.get<std::int32_t>(stalled.field(f), r))
+            << round_field_names[f] << "[" << r << "]";
+      }
+      for (std::int64_t k = 0; k < 2 * rig.p.config.num_steps; ++k) {
+        const std::int64_t at = r * 2 * rig.p.config.num_steps + k;
+        EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_kv_move), at), -1) << r;
+      }
+    }
+    EXPECT_EQ(rig.e.req_to_token, table) << "a stalled round writes no table position";
+    EXPECT_EQ(rig.m.get<std::int32_t>(rig.m.field(round_stall), 0), 1);
+    EXPECT_EQ(rig.m.get<std::int64_t>(rig.m.field(round_ring_head), 0),
+              stalled.get<std::int64_t>(stalled.field(round_ring_head), 0));
   }
   // The engine: refill one round's worst case, publish the tail, clear the stall word.
   const std::int64_t head = rig.m.get<std::int64_t>(rig.m.field(round_ring_head), 0);

@@ -49,6 +49,13 @@ struct accept_params {
   // at the commit's finished flags). It is written as a padding row, unchecked and unrecorded.
   // null: no row is idle.
   const std::int32_t* idle = nullptr;
+  // Optional, executor memory [1], any int32: nonzero at run time means the round is stalled (an
+  // earlier round's next round found the ring short and built every row inactive; the engine has
+  // not yet refilled the ring and cleared the word, docs/next-round.md section 3). Every row is
+  // then written as padding, unchecked and unrecorded, except bonus and new_seq_len, which are
+  // not written: they keep the stalling round's values, the inputs the engine's rerun of the next
+  // round reads. A round section points it at its stall word. null: never stalled.
+  const std::int32_t* stall = nullptr;
   std::int32_t draft_tokens = 0;  // D, [1, max_accept_tokens]; batch * D <= limits::max_rows
   std::int32_t num_steps = 0;     // [1, max_accept_steps]; batch * (num_steps + 1) <= max_rows
 

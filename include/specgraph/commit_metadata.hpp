@@ -69,6 +69,11 @@ struct commit_params {
   // section does, so a finished row stays idle until the engine clears its flag when it
   // restages the row). null: no row is idle.
   const std::int32_t* idle = nullptr;
+  // Optional, [1], any int32: nonzero at run time means the round is stalled (accept_params::
+  // stall). Every row that is not idle is then written as padding, unchecked: no moves, not
+  // finished, emit_len 0, nothing freed, its budget untouched. An idle row stays idle. A round
+  // section points it at its stall word. null: never stalled.
+  const std::int32_t* stall = nullptr;
   std::int32_t draft_tokens = 0;  // D, [1, max_accept_tokens]
   std::int32_t num_steps = 0;     // [1, max_accept_steps]
   std::int32_t topk = 0;          // [1, limits::max_topk]; 1: no moves (the chain is in place)
