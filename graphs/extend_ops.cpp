@@ -80,6 +80,8 @@ extend_params extend_metadata_params(const draft_buffers& b, std::int32_t bucket
   p.batch = bucket;
   p.real_batch = bucket;  // the bound; the kernels read the real batch from real_batch_at
   p.real_batch_at = in.real_batch != nullptr ? in.real_batch : v.real_batch;
+  p.accept_index = in.accept_index;
+  p.accept_index_stride = in.accept_index_stride;
   p.extend_tokens = v.extend_tokens;
   p.page_size = c.page_size;
   p.max_seq_len = c.max_context_len;

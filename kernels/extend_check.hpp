@@ -44,6 +44,11 @@ SPECGRAPH_HD std::int64_t extend_span(const extend_params& p) {
   return static_cast<std::int64_t>(p.max_seq_len) + p.extend_tokens;
 }
 
+// A real row acceptance accepted nothing for (extend_params::accept_index): written as padding.
+SPECGRAPH_HD bool extend_row_idle(const extend_params& p, std::int32_t r) {
+  return p.accept_index != nullptr && p.accept_index[r * p.accept_index_stride] < 0;
+}
+
 // The real batch: the launch scalar, or the device word clamped into [0, batch].
 SPECGRAPH_HD std::int32_t extend_real_batch(const extend_params& p) {
   if (p.real_batch_at == nullptr) return p.real_batch;
@@ -83,8 +88,8 @@ struct extend_check_kernel {
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t cell) {
     const std::int64_t span = extend_span(p);
     const auto r = static_cast<std::int32_t>(cell / span);
-    const auto pos = static_cast<std::int32_t>(cell % span);  // span <= INT32_MAX
-    if (r >= extend_real_batch(p)) return;                    // padding: never read
+    const auto pos = static_cast<std::int32_t>(cell % span);         // span <= INT32_MAX
+    if (r >= extend_real_batch(p) || extend_row_idle(p, r)) return;  // padding: never read
     const int fault = extend_scalar_fault(p, r);
     if (fault != 0) {
       if (pos != 0) return;
@@ -140,7 +145,9 @@ struct extend_scan_kernel {
       guard_record(p.guard, violation_kind::bad_input, id, -1, -2, p.batch, *p.real_batch_at);
     }
     const std::int64_t pad = p.req_to_token[0];
-    if (p.batch > real && (pad < 0 || pad >= p.slot_limit)) {  // read by padded rows
+    bool padding = p.batch > real;  // a padded or idle row reads pad
+    for (std::int32_t r = 0; r < real && !padding; ++r) padding = extend_row_idle(p, r);
+    if (padding && (pad < 0 || pad >= p.slot_limit)) {
       guard_record(p.guard, violation_kind::bad_input, id, -1, 0, -1, pad);
     }
     const std::int32_t w = p.extend_tokens, n = p.batch + 1;
@@ -149,7 +156,7 @@ struct extend_scan_kernel {
     guard_word* g = p.guard;
     std::int64_t keys = 0, prefix_kv = 0, max_k = 0;
     for (std::int32_t r = 0; r < p.batch; ++r) {
-      const bool padded = r >= real || s.padded[r] != 0;
+      const bool padded = r >= real || s.padded[r] != 0 || extend_row_idle(p, r);
       s.padded[r] = padded ? 1 : 0;
       const std::int64_t seq_len = padded ? 0 : p.seq_len[r];
       const std::int64_t len = padded ? 1 : seq_len + w;  // L: the post-write length

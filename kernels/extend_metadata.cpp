@@ -236,6 +236,9 @@ void validate_scalars(const extend_params& p) {
           max_launch_cells, "the launch limit in cells (batch * page columns)");
   between("prefix_kv_capacity", p.prefix_kv_capacity, 0, int32_max, "the limit");
   between("full_kv_capacity", p.full_kv_capacity, 0, int32_max, "the limit");
+  if (p.accept_index != nullptr) {
+    between("accept_index_stride", p.accept_index_stride, 1, int32_max, "the limit");
+  }
 }
 
 void validate(const extend_params& p) {
@@ -260,10 +263,12 @@ void validate_contents_host(const extend_params& p) {
   validate(p);
   const std::int32_t w = p.extend_tokens;
   const std::int32_t pad = p.req_to_token[0];
-  if (p.batch > p.real_batch) {
-    in_range("req_to_token[0][0]", pad, 0, p.slot_limit, "slot_limit");  // padded rows read it
-  }
+  const auto idle = [&](std::int32_t r) { return kernels::extend_row_idle(p, r); };
+  bool padding = p.batch > p.real_batch;  // a padded or idle row reads pad
+  for (std::int32_t r = 0; r < p.real_batch && !padding; ++r) padding = idle(r);
+  if (padding) in_range("req_to_token[0][0]", pad, 0, p.slot_limit, "slot_limit");
   for (std::int32_t r = 0; r < p.real_batch; ++r) {
+    if (idle(r)) continue;  // written as padding, never read
     const std::int32_t pool_row = p.req_pool_index[r];
     in_range(indexed("req_pool_index", r), pool_row, 0, p.pool_rows, "pool_rows");
     between(indexed("seq_len", r), p.seq_len[r], 0, p.max_seq_len, "max_seq_len");

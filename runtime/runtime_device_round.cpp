@@ -114,7 +114,8 @@ void draft_runtime::record_device_round_body(std::int32_t bucket) {
     h.batch = bucket;
     h.num_steps = c.num_steps;
     launch_extend_handoff(*ex_, h);
-    record_extend_body(bucket);
+    // A row acceptance accepted nothing for (idle, stalled) is inactive: its extend is padding.
+    record_extend_body(bucket, v.accept.accept_index, c.num_steps + 1);
   }
   launch_next_round(*ex_, l.next);
   // Every word a round resets (all but the staging word and round.order, which stay sticky).

@@ -26,9 +26,12 @@ extend_view draft_runtime::extend_view_of(std::int32_t bucket) const {
 
 // The staged verify round's requests and the section's accepted lengths, read on the device (a
 // graph serves every round).
-void draft_runtime::record_extend_body(std::int32_t bucket) {
+void draft_runtime::record_extend_body(std::int32_t bucket, const std::int32_t* accept_index,
+                                       std::int64_t accept_index_stride) {
   extend_inputs in;
   in.tables = tables_;
+  in.accept_index = accept_index;
+  in.accept_index_stride = accept_index_stride;
   extend_metadata(*ex_, buffers_, bucket, in);
   if (extend_forward_) extend_forward_(extend_view_of(bucket));
 }

@@ -56,7 +56,7 @@ class dr_rig {
         ring(ex, s.ring),
         tail(ex, std::vector<std::int64_t>{s.tail}),
         counter(ex, 1, 0),
-        log(ex, static_cast<std::size_t>(max_logged * s.bucket * (cfg.num_steps + 6)), -1),
+        log(ex, static_cast<std::size_t>(max_logged * s.bucket * (cfg.num_steps + 7)), -1),
         rt(ex, cfg, engine_tables{r2t.data(), 0}) {
     const plan& p = rt.plan();
     S = p.config.num_steps + 1;
@@ -86,17 +86,10 @@ class dr_rig {
   void set_logger() {
     rt.set_extend_forward([this](const extend_view& v) {
       const round_view rv = rt.buffers().round(v.bucket);
-      round_log_kernel::params k{counter.data(),
-                                 max_logged,
-                                 v.bucket,
-                                 S,
-                                 rv.accept.accept_index,
-                                 rv.accept.accept_length,
-                                 rv.accept.bonus,
-                                 v.accept_len,
-                                 v.seq_len,
-                                 rv.commit.finished,
-                                 log.data()};
+      round_log_kernel::params k{
+          counter.data(),          max_logged,      v.bucket,     S,         rv.accept.accept_index,
+          rv.accept.accept_length, rv.accept.bonus, v.accept_len, v.seq_len, rv.commit.finished,
+          v.out_cache_loc,         v.extend_tokens, log.data()};
       v.ex->launch(make_kernel_launch<round_log_kernel>(k, 1, round_log_cuda()));
       if (extend_also) extend_also(v);
     });
@@ -187,13 +180,16 @@ class dr_rig {
     const std::vector<std::int32_t> all = log.download();
     dr_record out;
     for (std::int32_t k = 0; k < rounds && k < max_logged; ++k) {
-      const std::int32_t* at = all.data() + static_cast<std::int64_t>(k) * B * (S + 5);
+      const std::int32_t* at = all.data() + static_cast<std::int64_t>(k) * B * (S + 6);
       out.accept_index.push_back(slice(at, B * S));
       out.accept_length.push_back(slice(at + B * S, B));
       out.bonus.push_back(slice(at + B * S + B, B));
       out.extend_accept_len.push_back(slice(at + B * S + 2 * B, B));
       out.extend_seq_len.push_back(slice(at + B * S + 3 * B, B));
-      if (rt.plan().config.draft_extend) out.finished.push_back(slice(at + B * S + 4 * B, B));
+      if (rt.plan().config.draft_extend) {
+        out.finished.push_back(slice(at + B * S + 4 * B, B));
+        out.extend_slot.push_back(slice(at + B * S + 5 * B, B));
+      }
     }
     const round_view v = rt.buffers().round(s_.bucket);
     out.seq_len.resize(static_cast<std::size_t>(B));

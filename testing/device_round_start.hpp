@@ -95,6 +95,8 @@ struct dr_record {
   // accept_len and seq_len [B] (the verify round's, without the window).
   std::vector<std::vector<std::int32_t>> accept_index, accept_length, bonus, finished;
   std::vector<std::vector<std::int32_t>> extend_accept_len, extend_seq_len;
+  // Per round: the extend metadata's first window slot of each row [B] (0: written as padding).
+  std::vector<std::vector<std::int32_t>> extend_slot;
   std::vector<std::int32_t> seq_len, allocated_len;  // [B] after the last round
   std::vector<std::int64_t> out_cache_loc;           // [B][topk][slot_stride] the real rows'
   std::vector<std::int32_t> req_to_token;

@@ -64,7 +64,8 @@ struct toy_verify_kernel {
 };
 
 // One thread: log[round] = accept_index [bucket * S], accept_length, bonus, the extend
-// section's accept_len and seq_len, the commit's finished [bucket] each; then ++round. Rounds past
+// section's accept_len and seq_len, the commit's finished, the extend metadata's first window
+// slot (out_cache_loc[r * W]: 0 on a padded row) [bucket] each; then ++round. Rounds past
 // max_rounds are counted, not logged.
 struct round_log_kernel {
   struct params {
@@ -77,7 +78,9 @@ struct round_log_kernel {
     const std::int32_t* accept_len;
     const std::int32_t* seq_len;
     const std::int32_t* finished;
-    std::int32_t* log;  // [max_rounds][bucket * (S + 5)]
+    const std::int32_t* extend_slot;  // the extend's out_cache_loc [bucket * W]
+    std::int32_t window;              // W
+    std::int32_t* log;                // [max_rounds][bucket * (S + 6)]
   };
   static constexpr const char* name = "round_log";
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
@@ -85,7 +88,7 @@ struct round_log_kernel {
     *p.round = k + 1;
     if (k < 0 || k >= p.max_rounds) return;
     const std::int64_t b = p.bucket, w = p.width;
-    std::int32_t* out = p.log + static_cast<std::int64_t>(k) * b * (w + 5);
+    std::int32_t* out = p.log + static_cast<std::int64_t>(k) * b * (w + 6);
     for (std::int64_t i = 0; i < b * w; ++i) out[i] = p.accept_index[i];
     for (std::int64_t r = 0; r < b; ++r) {
       out[b * w + r] = p.accept_length[r];
@@ -93,6 +96,7 @@ struct round_log_kernel {
       out[b * w + 2 * b + r] = p.accept_len[r];
       out[b * w + 3 * b + r] = p.seq_len[r];
       out[b * w + 4 * b + r] = p.finished[r];
+      out[b * w + 5 * b + r] = p.extend_slot[r * p.window];
     }
   }
 };

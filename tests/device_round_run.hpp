@@ -103,6 +103,17 @@ inline dr_record run_reference(const plan& p, const dr_start& s, std::int32_t ro
     for (std::int32_t r = 0; r < s.real; ++r) ext[r] = len[r] + 1;
     out.extend_accept_len.push_back(ext);
     out.extend_seq_len.push_back(seq);
+    // The extend's first window slot: req_to_token[pool][seq_len] for a row acceptance accepted
+    // its root on; 0 (padding) for the rest, idle and stalled rows included, whose window at
+    // seq_len 1 is their committed prefix.
+    std::vector<std::int32_t> first(static_cast<std::size_t>(B), 0);
+    for (std::int32_t r = 0; r < s.real; ++r) {
+      if (m.get<std::int32_t>(m.field(round_accept_index), r * S) < 0) continue;
+      const std::int64_t pool = m.get<std::int32_t>(p.layout.req_pool_index, r);
+      first[static_cast<std::size_t>(r)] = e.req_to_token[static_cast<std::size_t>(
+          pool * e.width + seq[static_cast<std::size_t>(r)])];
+    }
+    out.extend_slot.push_back(first);
   }
   out.seq_len = m.i32s(p.layout.seq_len, B);
   out.allocated_len = m.i32s(m.field(round_allocated_len), B);
@@ -131,6 +142,9 @@ inline void expect_same(const dr_record& got, const dr_record& want, std::int32_
     }
     EXPECT_EQ(got.extend_accept_len[i], want.extend_accept_len[i]);
     EXPECT_EQ(got.extend_seq_len[i], want.extend_seq_len[i]);
+    if (!got.extend_slot.empty() && !want.extend_slot.empty()) {  // device rounds and references
+      EXPECT_EQ(got.extend_slot[i], want.extend_slot[i]);
+    }
   }
   EXPECT_EQ(got.seq_len, want.seq_len);
   EXPECT_EQ(got.allocated_len, want.allocated_len);

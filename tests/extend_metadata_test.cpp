@@ -214,8 +214,20 @@ extend_case random_case(std::mt19937_64& rng) {
   c.width = c.max_seq_len + c.window + pick(0, 2);
   c.req_to_token.resize(static_cast<std::size_t>(c.pool_rows * c.width));
   for (auto& e : c.req_to_token) e = pick(0, rng() % 16 == 0 ? INT32_MAX : 1 << 20);
+  // In one case in four acceptance's accept_index: a real row with a negative first entry (one
+  // in three) accepted nothing and holds junk like a padded row.
+  if (rng() % 4 == 0) {
+    c.accept_stride = pick(1, 5);
+    for (std::int64_t i = 0; i < c.bucket * c.accept_stride; ++i) {
+      c.accept_index.push_back(i % c.accept_stride != 0 ? pick(-9, 99)
+                               : rng() % 3 == 0         ? pick(-3, -1)
+                                                        : pick(0, 99));
+    }
+  }
   for (std::int32_t r = 0; r < c.bucket; ++r) {
-    const bool real = r < c.real_batch;  // padded rows hold stale junk: never read
+    const bool real = r < c.real_batch &&  // padded rows hold stale junk: never read
+                      (c.accept_index.empty() ||
+                       c.accept_index[static_cast<std::size_t>(r * c.accept_stride)] >= 0);
     c.seq_len.push_back(real ? pick(0, longest) : pick(-5, 1 << 20));
     c.accept_len.push_back(real ? pick(0, c.window) : pick(-5, 99));
     c.req_pool_index.push_back(real ? pick(1, c.pool_rows - 1) : pick(-3, 99));
@@ -240,7 +252,7 @@ TEST(ExtendRandom, EveryCellAgainstTheReference) {
   std::mt19937_64 rng(seed);
   auto ex = make_host_executor();
   const int cases = property_cases(1000000);
-  std::int64_t cells = 0;
+  std::int64_t cells = 0, unaccepted = 0;
   for (int i = 0; i < cases; ++i) {
     const extend_case c = random_case(rng);
     SCOPED_TRACE("case " + std::to_string(i));
@@ -250,8 +262,15 @@ TEST(ExtendRandom, EveryCellAgainstTheReference) {
     if (HasFatalFailure()) return;
     cells += static_cast<std::int64_t>(o.page_table.size() + o.full_indices.size() +
                                        o.prefix_indices.size() + o.position.size());
+    for (std::int32_t r = 0; r < c.real_batch && !c.accept_index.empty(); ++r) {
+      unaccepted += c.accept_index[static_cast<std::size_t>(r * c.accept_stride)] < 0;
+    }
+  }
+  if (cases >= 1000) {
+    EXPECT_GT(unaccepted, 0) << "no real row that acceptance accepted nothing for";
   }
   RecordProperty("cells", std::to_string(cells));
+  RecordProperty("unaccepted_rows", std::to_string(unaccepted));
 }
 
 // A bad request read on the device is recorded in guard[0] and written as a padded row; the

@@ -24,6 +24,10 @@ struct extend_case {
   // Optional [B]: real requests refused as bad input (a fuzz harness's own check), written as
   // padded rows; empty: none. Their inputs are not read.
   std::vector<std::uint8_t> refused;
+  // Optional [B][accept_stride]: acceptance's accept_index; a real row whose first entry is
+  // negative accepted nothing and is written as a padded row, its inputs not read. Empty: none.
+  std::vector<std::int32_t> accept_index;
+  std::int64_t accept_stride = 0;
   std::int32_t page_capacity = 0;
   std::int64_t prefix_capacity = 0, full_capacity = 0;
 };
@@ -62,8 +66,10 @@ inline extend_expect extend_reference(const extend_case& c) {
   };
   std::int64_t keys = 0, prefix = 0;
   for (std::int32_t r = 0; r < c.bucket; ++r) {
-    const bool real =
-        r < c.real_batch && !(static_cast<std::size_t>(r) < c.refused.size() && c.refused[r] != 0);
+    const bool real = r < c.real_batch &&
+                      !(static_cast<std::size_t>(r) < c.refused.size() && c.refused[r] != 0) &&
+                      !(!c.accept_index.empty() &&
+                        c.accept_index[static_cast<std::size_t>(r * c.accept_stride)] < 0);
     const std::int64_t row = real ? c.req_pool_index[r] : 0;
     const std::int64_t seq = real ? c.seq_len[r] : 0;
     const std::int64_t L = real ? seq + W : 1;

@@ -78,6 +78,8 @@ inline extend_outputs run_extend(executor& ex, const extend_case& c, bool host_t
   p.req_pool_index = c.req_pool_index.data();
   p.seq_len = c.seq_len.data();
   p.accept_len = c.accept_len.data();
+  p.accept_index = c.accept_index.empty() ? nullptr : c.accept_index.data();
+  p.accept_index_stride = c.accept_stride;
   p.batch = c.bucket;
   p.real_batch = c.real_batch;
   const std::int32_t word = c.real_batch;

@@ -125,8 +125,17 @@ struct extend_params : extend_tables {
   // [0, batch] is clamped into it and recorded as bad_input in guard[0] (row -1, column -2,
   // capacity batch, value the word).
   const std::int32_t* real_batch_at = nullptr;
-  std::int32_t extend_tokens = 0;  // W, [1, max_extend_tokens]; batch * W <= limits::max_rows
-  std::int32_t page_size = 0;      // ps of the FA3 page table, [1, limits::max_page_size]
+  // Optional, executor memory: acceptance's accept_index ([batch][accept_index_stride], any
+  // int32; accept_params). A real row whose first entry is negative accepted nothing (acceptance
+  // wrote it as padding: an idle row, a stalled round, a tree it refused) and is written as a
+  // padded row, unchecked and unrecorded. Such a row in a device round is inactive (staged
+  // seq_len 1): its window, positions 1 .. W of its row, is the request's committed prefix, which
+  // the extend forward would overwrite at out_cache_loc. The device round passes its section's.
+  // null: every real row is read.
+  const std::int32_t* accept_index = nullptr;
+  std::int64_t accept_index_stride = 0;  // [1, 2^31) when accept_index is set: S, num_steps + 1
+  std::int32_t extend_tokens = 0;        // W, [1, max_extend_tokens]; batch * W <= limits::max_rows
+  std::int32_t page_size = 0;            // ps of the FA3 page table, [1, limits::max_page_size]
   // M, the largest admissible seq_len, [0, limits::max_context_len]: sizes the launch;
   // batch * (M + W) must fit int32 (the indptrs are int32).
   std::int32_t max_seq_len = 0;

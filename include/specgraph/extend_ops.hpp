@@ -49,6 +49,11 @@ struct extend_inputs {
   const std::int32_t* accept_len = nullptr;
   // The real batch, int32 [1] in executor memory, read on the device (null: b.real_batch()).
   const std::int32_t* real_batch = nullptr;
+  // Acceptance's accept_index ([bucket][accept_index_stride] in executor memory): a real row it
+  // accepted nothing for is written as a padded row (extend_params::accept_index). The device
+  // round passes its section's; null: every real row is read.
+  const std::int32_t* accept_index = nullptr;
+  std::int64_t accept_index_stride = 0;
   // Null: the arena's draft-extend section (b.extend(bucket)), every layout the plan holds.
   // Else the engine's own buffers (executor memory), written in place of the arena's: the
   // layouts it sets are written (each all of its pointers or none, at least one; any subset,
