@@ -170,6 +170,40 @@ TEST_P(RoundLoop, AFullBucketOfPagedTrees) {
   EXPECT_EQ(r.device.synchronizations, 3);
 }
 
+// A short ring (one round's worst case published per host step): rounds stall, the rounds
+// queued behind a stall do nothing, and at the next host step the engine refills the ring,
+// clears the word and reruns the next round. Every live round still passes the float64
+// reference and the bookkeeping check, whose seq_len rule spans the stall (a stalled round that
+// accepted over its inactive rows would break it: the rerun would build from its seq_len 1),
+// and both modes stall at the same rounds and are identical.
+TEST_P(RoundLoop, AShortRingStallsAndTheHostRerunsTheNextRound) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::int64_t stalled = 0, reruns = 0;
+  for (int i = 0; i < std::max(2, property_cases(12) / 2); ++i) {
+    sim::loop_options o = random_loop(rng, seed + static_cast<std::uint64_t>(i));
+    // Page size 1 and four rounds or more per step: a step takes more than one round's worst
+    // case of pages.
+    o.page_size = 1;
+    o.rounds_per_launch = std::max(4, o.rounds_per_launch);
+    o.rounds = std::max(o.rounds, 2 * o.rounds_per_launch);
+    o.short_ring = 1;
+    SCOPED_TRACE(describe(o));
+    const sim::loop_report r = sim::run_round_loop(*ex, o);
+    EXPECT_TRUE(r.identical);
+    EXPECT_EQ(r.host.stalled_rounds, r.device.stalled_rounds);
+    EXPECT_EQ(r.host.reruns, r.device.reruns);
+    EXPECT_LE(r.device.reruns, (o.rounds + o.rounds_per_launch - 1) / o.rounds_per_launch);
+    EXPECT_EQ(r.device.graph_launches, o.rounds) << "a stalled round is still one launch";
+    EXPECT_LE(r.max_relative_error, o.tolerance);
+    stalled += r.device.stalled_rounds;
+    reruns += r.device.reruns;
+  }
+  EXPECT_GT(stalled, 0) << "no round ran behind a stall";
+  EXPECT_GT(reruns, 0) << "the host never reran a next round";
+}
+
 // The planted bug: the device loop skips its prefix-tail copies in round 2, so the branches t >= 1
 // of a request whose committed length is off a page boundary attend a stale tail: that round
 // fails by name in the device loop (the host-driven loop, which runs first, passes).

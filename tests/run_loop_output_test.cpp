@@ -107,6 +107,32 @@ TEST(RunLoopOutput, TheTableCountsEachModeAndBothChecksPass) {
   EXPECT_EQ(as_int(*member(doc, "verified_rounds"), "v"), 20);
 }
 
+// --short-ring 1 at page size 1: rounds stall, the report says how many and how many next
+// rounds the host reran, per mode in the JSON (equal), and the modes are identical.
+TEST(RunLoopOutput, AShortRingReportsItsStallsAndReruns) {
+  const std::string path =
+      ::testing::TempDir() + "specgraph_run_loop_ring_" + std::to_string(::getpid()) + ".json";
+  std::vector<std::string> args = small;
+  args.insert(args.end(), {"--page-size", "1", "--short-ring", "1", "--json", path});
+  std::ostringstream out, err;
+  ASSERT_EQ(run_command(args, out, err), 0) << err.str();
+  EXPECT_NE(out.str().find("\nshort ring: 1 round' pages per host step; "), std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("cells): IDENTICAL\n"), std::string::npos) << out.str();
+  std::ifstream in(path);
+  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  const json doc = json::parse(body);
+  EXPECT_EQ(as_int(*member(*member(doc, "config"), "short_ring"), "s"), 1);
+  const json& dev = *member(doc, "device_loop");
+  const json& host = *member(doc, "host_driven");
+  EXPECT_GT(as_int(*member(dev, "stalled_rounds"), "s"), 0);
+  EXPECT_GT(as_int(*member(dev, "reruns"), "r"), 0);
+  EXPECT_EQ(as_int(*member(dev, "stalled_rounds"), "s"),
+            as_int(*member(host, "stalled_rounds"), "s"));
+  EXPECT_EQ(as_int(*member(dev, "reruns"), "r"), as_int(*member(host, "reruns"), "r"));
+}
+
 // --max-new-tokens: every request's budget, run down by the commit on the device. With 2 tokens
 // a request finishes in its first round unless it accepts no draft token, and no request emits
 // more than 2: the JSON's emitted count is at most 2 per request ever admitted.
@@ -152,6 +178,7 @@ TEST(RunLoopOutput, FlagsTheLoopDoesNotTakeAreRefusedByName) {
       {{"--rounds-per-launch", "11"}, "--rounds-per-launch: 11 exceeds --rounds 10"},
       {{"--rounds-per-launch", "0"}, "--rounds-per-launch: 0 is outside [1, 1048576]"},
       {{"--max-new-tokens", "0"}, "--max-new-tokens: 0 is outside [1, 1073741824]"},
+      {{"--short-ring", "5"}, "--short-ring: 5 exceeds --rounds-per-launch 4"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = small;
@@ -170,10 +197,16 @@ TEST(RunLoopOutput, FlagsTheLoopDoesNotTakeAreRefusedByName) {
             std::string::npos)
       << no_loop_err.str();
   EXPECT_EQ(no_loop_out.str(), "");
+  EXPECT_EQ(run_command({"--executor", "host", "--short-ring", "1"}, no_loop_out, no_loop_err), 2);
+  EXPECT_NE(no_loop_err.str().find("--short-ring: only the round loop has a ring; add "
+                                   "--rounds-per-launch"),
+            std::string::npos)
+      << no_loop_err.str();
   std::ostringstream out, err;
   ASSERT_EQ(run_command({"--help"}, out, err), 0);
   EXPECT_NE(out.str().find("--rounds-per-launch N"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("--max-new-tokens N"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("--short-ring N"), std::string::npos) << out.str();
 }
 
 }  // namespace

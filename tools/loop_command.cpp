@@ -44,12 +44,21 @@ void mode_json(std::ostream& j, const sim::loop_mode_stats& s) {
     << ", \"host_steps\": " << s.host_steps << ", \"finished\": " << s.finished
     << ", \"finished_by_budget\": " << s.finished_by_budget << ", \"replaced\": " << s.replaced
     << ", \"accepted\": " << s.accepted << ", \"emitted\": " << s.emitted
-    << ", \"row_rounds\": " << s.row_rounds << "}";
+    << ", \"row_rounds\": " << s.row_rounds << ", \"stalled_rounds\": " << s.stalled_rounds
+    << ", \"reruns\": " << s.reruns << "}";
 }
 
 }  // namespace
 
-const char* loop_conflict(const sim::sim_options& o, bool depth, bool dump_graphs) {
+std::string loop_flags_error(const sim::sim_options& o, const loop_flags& f, bool depth,
+                             bool dump_graphs) {
+  if (f.rounds_per_launch == 0) {
+    if (f.max_new_tokens > 0)
+      return "--max-new-tokens: only the round loop has a budget; add --rounds-per-launch";
+    if (f.short_ring > 0)
+      return "--short-ring: only the round loop has a ring; add --rounds-per-launch";
+    return "";
+  }
   const std::pair<bool, const char*> off[] = {{o.format != metadata_formats::fa3, "--format"},
                                               {depth, "--depth"},
                                               {o.device_steps, "--device-steps"},
@@ -59,9 +68,22 @@ const char* loop_conflict(const sim::sim_options& o, bool depth, bool dump_graph
                                               {o.checked, "--checked"},
                                               {dump_graphs, "--dump-graphs"}};
   for (const auto& [set, name] : off) {
-    if (set) return name;
+    if (set) {
+      return std::string(
+                 "--rounds-per-launch: runs fa3 whole rounds of every step with draft "
+                 "extend; drop ") +
+             name;
+    }
   }
-  return nullptr;
+  if (f.rounds_per_launch > o.rounds) {
+    return "--rounds-per-launch: " + std::to_string(f.rounds_per_launch) + " exceeds --rounds " +
+           std::to_string(o.rounds);
+  }
+  if (f.short_ring > f.rounds_per_launch) {
+    return "--short-ring: " + std::to_string(f.short_ring) + " exceeds --rounds-per-launch " +
+           std::to_string(f.rounds_per_launch) + " (the ring holds one host step's rounds)";
+  }
+  return "";
 }
 
 void run_loop_command(executor& ex, const sim::sim_options& o, const loop_flags& flags,
@@ -87,6 +109,7 @@ void run_loop_command(executor& ex, const sim::sim_options& o, const loop_flags&
   l.verify_every = o.verify_every;
   l.tolerance = o.tolerance;
   l.max_new_tokens = flags.max_new_tokens;
+  l.short_ring = flags.short_ring;
   out << "round loop: executor " << ex.name() << ", batch " << l.batch << ", topk " << l.topk
       << ", " << l.num_steps << " steps, D " << l.verify_tokens << ", page size " << l.page_size
       << ", " << l.heads << " heads x " << l.head_dim << ", " << l.rounds << " rounds, "
@@ -120,6 +143,11 @@ void run_loop_command(executor& ex, const sim::sim_options& o, const loop_flags&
       << " per live request per round); finished " << d.finished;
   if (budget) out << ", " << d.finished_by_budget << " of them by the budget";
   out << '\n';
+  if (l.short_ring > 0) {
+    out << "short ring: " << l.short_ring << " round" << (l.short_ring == 1 ? "" : "s")
+        << "' pages per host step; " << d.stalled_rounds << " rounds ran behind a stall, "
+        << d.reruns << " next rounds rerun after a refill (both modes alike)\n";
+  }
   out << "device loop vs host-driven: " << r.compared_rounds
       << " rounds of accepted paths, lengths, bonus tokens, finished flags, emitted lengths"
       << (budget ? ", budgets" : "") << " and draft outputs, then the final seq_len, allocated_len"
@@ -134,8 +162,9 @@ void run_loop_command(executor& ex, const sim::sim_options& o, const loop_flags&
       << ", \"verify_tokens\": " << l.verify_tokens << ", \"page_size\": " << l.page_size
       << ", \"heads\": " << l.heads << ", \"head_dim\": " << l.head_dim
       << ", \"rounds\": " << l.rounds << ", \"rounds_per_launch\": " << rounds_per_launch
-      << ", \"max_new_tokens\": " << l.max_new_tokens << ", \"seed\": " << l.seed
-      << "}, \"arena_bytes\": " << r.arena_bytes << ", \"host_driven\": ";
+      << ", \"max_new_tokens\": " << l.max_new_tokens << ", \"short_ring\": " << l.short_ring
+      << ", \"seed\": " << l.seed << "}, \"arena_bytes\": " << r.arena_bytes
+      << ", \"host_driven\": ";
     mode_json(j, r.host);
     j << ", \"device_loop\": ";
     mode_json(j, r.device);

@@ -64,6 +64,8 @@ constexpr const char* run_usage =
     "                   --max-batch, whole rounds as one graph launch each, N back to back\n"
     "                   per host step, beside the same rounds driven from the host\n"
     "  --max-new-tokens N  with it: every request's length budget (default: none)\n"
+    "  --short-ring N   with it: ring pages for N rounds published per host step, so rounds\n"
+    "                   stall and the host reruns the next round (default: every round's)\n"
     "  --json FILE      write the report as JSON (with the version and git commit)\n"
     "  --dump-graphs DIR  one Graphviz file per captured graph\n"
     "\n"
@@ -259,6 +261,8 @@ parsed parse(const std::vector<std::string>& args) {
       p.loop.rounds_per_launch = num(1, 1 << 20);
     } else if (flag == "--max-new-tokens") {
       p.loop.max_new_tokens = num(1, 1 << 30);
+    } else if (flag == "--short-ring") {
+      p.loop.short_ring = num(1, 1 << 20);
     } else if (flag == "--json") {
       p.json_path = value;
     } else if (flag == "--dump-graphs") {
@@ -292,20 +296,10 @@ parsed parse(const std::vector<std::string>& args) {
   }
   o.verify_tokens = no_verify_round ? 0 : static_cast<std::int32_t>(verify_tokens);
   o.verify_tokens = sim::resolved_verify_tokens(o);
-  if (p.loop.max_new_tokens > 0 && p.loop.rounds_per_launch == 0)
-    throw flag_error("--max-new-tokens: only the round loop has a budget; add --rounds-per-launch");
-  if (p.loop.rounds_per_launch > 0) {
-    if (const char* flag = loop_conflict(o, !depth_text.empty(), !p.dot_dir.empty())) {
-      throw flag_error(std::string("--rounds-per-launch: runs fa3 whole rounds of every step with "
-                                   "draft extend; drop ") +
-                       flag);
-    }
-    if (p.loop.rounds_per_launch > o.rounds) {
-      throw flag_error("--rounds-per-launch: " + std::to_string(p.loop.rounds_per_launch) +
-                       " exceeds --rounds " + std::to_string(o.rounds));
-    }
-    return p;
-  }
+  const std::string loop_error =
+      loop_flags_error(o, p.loop, !depth_text.empty(), !p.dot_dir.empty());
+  if (!loop_error.empty()) throw flag_error(loop_error);
+  if (p.loop.rounds_per_launch > 0) return p;
   check_memory(o);
   return p;
 }

@@ -211,17 +211,19 @@ struct loop_log_kernel {
     const std::int32_t* finished;
     const std::int32_t* seq_len;  // the verify round's
     const std::int32_t* emit_len;
-    const std::int32_t* left;  // the budgets after the commit; null: none (logged as 0)
-    std::int32_t* log;         // [slots][bucket * (S + row_fields)]
+    const std::int32_t* left;   // the budgets after the commit; null: none (logged as 0)
+    const std::int32_t* stall;  // [1] the stall word the next round leaves (read next launch)
+    std::int32_t* log;          // [slots][bucket * (S + row_fields) + 1]
   };
   static constexpr const char* name = "loop_log";
-  // Per row beside its path: accept_length, bonus, finished, seq_len, emit_len, left.
+  // Per row beside its path: accept_length, bonus, finished, seq_len, emit_len, left; then one
+  // word a round: the stall word as the round found it.
   static constexpr std::int64_t row_fields = 6;
   SPECGRAPH_HD static void run_row(const params& p, std::int64_t) {
     const std::int32_t k = *p.counter;
     *p.counter = k + 1;
     const std::int64_t b = p.bucket, w = p.width;
-    std::int32_t* out = p.log + static_cast<std::int64_t>(k % p.slots) * b * (w + row_fields);
+    std::int32_t* out = p.log + static_cast<std::int64_t>(k % p.slots) * (b * (w + row_fields) + 1);
     for (std::int64_t i = 0; i < b * w; ++i) out[i] = p.accept_index[i];
     for (std::int64_t r = 0; r < b; ++r) {
       out[b * w + r] = p.accept_length[r];
@@ -231,6 +233,7 @@ struct loop_log_kernel {
       out[b * w + 4 * b + r] = p.emit_len[r];
       out[b * w + 5 * b + r] = p.left != nullptr ? p.left[r] : 0;
     }
+    out[b * (w + row_fields)] = *p.stall;
   }
 };
 

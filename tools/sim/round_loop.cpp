@@ -55,6 +55,7 @@ void check_options(const loop_options& o) {
   in("verify_every", o.verify_every, 1, 1 << 20);
   in("stop_every", o.stop_every, 0, 1 << 30);
   in("max_new_tokens", o.max_new_tokens, 0, 1 << 30);
+  in("short_ring", o.short_ring, 0, o.rounds_per_launch);
 }
 
 }  // namespace
@@ -154,8 +155,8 @@ engine::engine(executor& e, const loop_options& o, bool dm)
   host_ring.assign(static_cast<std::size_t>(capacity), 0);
   ring_tail = zeroed(8);
   counter = zeroed(4);
-  log_int = zeroed(static_cast<std::size_t>(o.rounds_per_launch) * bucket_ *
-                   (S + loop_log_kernel::row_fields) * 4);
+  log_int = zeroed(static_cast<std::size_t>(o.rounds_per_launch) *
+                   (bucket_ * (S + loop_log_kernel::row_fields) + 1) * 4);
   log_out = zeroed(static_cast<std::size_t>(o.rounds_per_launch) * o.num_steps * row_elems);
   admit_pool = zeroed(4);
   admit_begin = zeroed(4);
@@ -166,6 +167,7 @@ engine::engine(executor& e, const loop_options& o, bool dm)
   seq.assign(static_cast<std::size_t>(bucket_), 1);
   pool.assign(static_cast<std::size_t>(bucket_), 0);
   allocated.assign(static_cast<std::size_t>(bucket_), 0);
+  next_seq.assign(static_cast<std::size_t>(bucket_), -1);
   if (o.max_new_tokens > 0) left.assign(static_cast<std::size_t>(bucket_), 0);
   slots.assign(static_cast<std::size_t>(bucket_) * o.topk * stride, 0);
   tail.assign(static_cast<std::size_t>(std::max<std::int64_t>(1, bucket_ * tail_pairs * 2)), -1);
@@ -248,6 +250,7 @@ void engine::extend_forward(const extend_view& v) {
                             v.seq_len,
                             rv.commit.emit_len,
                             opt.max_new_tokens > 0 ? rv.max_new_tokens_left : nullptr,
+                            rv.stall,
                             log_int.as<std::int32_t>()};
   launch_rows<loop_log_kernel>(ex, l, 1, lcuda.log);
 }

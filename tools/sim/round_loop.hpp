@@ -46,6 +46,12 @@ struct loop_options {
   // Every request's length budget (the tokens it may produce), [1, 1 << 30]; 0: no budget. Set,
   // the commit runs it down in place and finishes a request when it is spent (docs/commit.md).
   std::int32_t max_new_tokens = 0;
+  // The engine's allocator at each host step publishes ring pages for this many rounds' worst
+  // case, [0, rounds_per_launch]; 0: every round of the step (the ring never runs short). Fewer
+  // and a round finds the ring short: it stalls (docs/round-graphs.md section 4), the rounds
+  // queued behind it do nothing, and at its next step the host refills the ring, clears the
+  // stall word and reruns the next round. Both modes publish at the host steps then.
+  std::int32_t short_ring = 0;
   // Tests: in round `corrupt_round`, the device mode skips its prefix-tail copies (the branch
   // pages' copied tail stays stale): the verification must name that round.
   std::int32_t corrupt_round = -1;
@@ -63,6 +69,8 @@ struct loop_mode_stats {
   std::int64_t host_steps = 0;  // the times the host read the log (every N rounds, or every round)
   std::int64_t finished = 0, replaced = 0;
   std::int64_t finished_by_budget = 0;  // of `finished`: by the budget, not a stop token
+  std::int64_t stalled_rounds = 0;      // rounds queued behind a stall (nothing ran in them)
+  std::int64_t reruns = 0;              // next rounds the host reran after refilling the ring
   std::int64_t accepted = 0;            // accepted draft tokens, summed over live rows and rounds
   std::int64_t emitted = 0;             // tokens the clients get (emit_len), summed likewise
   std::int64_t row_rounds = 0;  // live requests summed over rounds (not idling, not padding)

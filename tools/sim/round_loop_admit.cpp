@@ -36,6 +36,7 @@ void engine::admit(std::int32_t r) {
   }
   h_salt[static_cast<std::size_t>(pr)] = salt;
   seq[static_cast<std::size_t>(r)] = s;
+  next_seq[static_cast<std::size_t>(r)] = s;  // its first round's seq_len
   pool[static_cast<std::size_t>(r)] = pr;
   allocated[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(alloc);
   if (!left.empty()) left[static_cast<std::size_t>(r)] = opt.max_new_tokens;

@@ -15,11 +15,12 @@ namespace specgraph::sim::loop {
 // A live row's round from the semantics, not the kernels: it accepts its root; it finished
 // exactly when a token it committed (the toy target's prediction at an accepted node) is the
 // stop token or, with a budget, when the round's tokens reach it; the client gets the run cut
-// after the stop token and at the budget, and the budget runs down by that; and, when the last
-// round is given (same host step), it advanced by that round's accepted run and the bonus. A
-// restaged row left idle breaks the first.
+// after the stop token and at the budget, and the budget runs down by that; and its seq_len is
+// its admitted prefix in its first round, then its last live round's advanced by that round's
+// accepted run and the bonus (across host steps and stalls). A restaged row left idle breaks
+// the first.
 bool engine::check_bookkeeping(std::int32_t round, std::int32_t r, const loop_round& rec,
-                               const loop_round* prev) const {
+                               std::int64_t want_seq) const {
   const auto u = static_cast<std::size_t>(r);
   const std::string at = "round loop: round " + std::to_string(round) + " row " + std::to_string(r);
   const std::int64_t first = static_cast<std::int64_t>(r) * D;
@@ -70,12 +71,10 @@ bool engine::check_bookkeeping(std::int32_t round, std::int32_t r, const loop_ro
                 std::to_string(m - emit) + " (the budget " + std::to_string(m) + " less emit_len " +
                 std::to_string(emit) + ")");
   }
-  if (prev == nullptr) return finished && e < 0;
-  const std::int64_t want =
-      static_cast<std::int64_t>(prev->seq_len[u]) + prev->accept_length[u] + 1;
-  if (rec.seq_len[u] != want) {
+  if (want_seq >= 0 && rec.seq_len[u] != want_seq) {
     throw error(at + ": seq_len " + std::to_string(rec.seq_len[u]) + ", want " +
-                std::to_string(want) + " (the last round's seq_len + accept length + 1)");
+                std::to_string(want_seq) +
+                " (its admitted prefix, or its last live round's seq_len + accept length + 1)");
   }
   return finished && e < 0;
 }
@@ -148,6 +147,19 @@ void engine::verify_round(std::int32_t round, const loop_round& rec, const float
     }
   }
   if (any) ++rep.verified_rounds;
+}
+
+// A short ring's stalls are the run's, not faults: the round section's allocation word must hold
+// one ring record per stall (the host reran the next round once for each), and nothing else;
+// it is then cleared so that the check of every other word stands.
+void expect_stalls(const plan& p, std::vector<guard_word>& words, std::int64_t reruns) {
+  guard_word& g = words[static_cast<std::size_t>(p.layout.round.guard_base + round_guard_next)];
+  if (reruns == 0) return;
+  if (g.violations != reruns || g.kind != static_cast<std::int32_t>(violation_kind::ring)) {
+    throw error("device loop: " + std::to_string(reruns) + " stalls, but the allocation word " +
+                "says " + describe(g));
+  }
+  g = guard_word{};
 }
 
 namespace {

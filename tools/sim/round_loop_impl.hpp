@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -39,6 +40,7 @@ struct loop_round {
   std::vector<std::int32_t> budget, left;
   std::vector<std::uint64_t> output_hash;  // [steps][rows]: FNV-1a of each output vector
   std::vector<std::uint8_t> checked;       // [bucket]: a live request (not idling after finishing)
+  bool stalled = false;  // queued behind a stall (the word set when the round began): no-op
 };
 
 // What both modes must end with identically.
@@ -76,16 +78,20 @@ class engine {
                     loop_report& rep);
   // finished_flags: the round section's finished flags [bucket] in the mode's memory (executor
   // memory for the device loop, the host arena for host-driven rounds).
+  // rerun (null unless the last round left the stall word set): the engine's refill, clear and
+  // rerun of the next round, before any request is replaced.
   void host_step(std::vector<loop_round>& rounds, std::int32_t first, std::int32_t count,
-                 loop_mode_stats& stats, loop_report& rep, std::int32_t* finished_flags);
+                 loop_mode_stats& stats, loop_report& rep, std::int32_t* finished_flags,
+                 const std::function<void()>& rerun);
   void read_staged_state();
   void reset_counter();
   template <class F>
   void device_work(bool is_sync, F&& work);
   // round_loop_check.cpp
-  // Returns whether the row finished by its budget (not on a stop token).
+  // want_seq: the seq_len the row's last live round left it (-1: none known). Returns whether
+  // the row finished by its budget (not on a stop token).
   bool check_bookkeeping(std::int32_t round, std::int32_t r, const loop_round& rec,
-                         const loop_round* prev) const;
+                         std::int64_t want_seq) const;
   void verify_round(std::int32_t round, const loop_round& rec, const float* out,
                     loop_report& rep) const;
 
@@ -108,8 +114,9 @@ class engine {
   std::vector<std::uint64_t> h_salt;
   std::vector<std::int32_t> seq, pool, allocated;  // [bucket]
   std::vector<std::int32_t> left;                  // [bucket] budgets; empty without one
-  std::vector<std::int64_t> slots;                 // [bucket][topk][stride]
-  std::vector<std::int32_t> tail;                  // [bucket][tail_pairs][2]
+  std::vector<std::int64_t> next_seq;  // [bucket] the seq_len each row's next live round must have
+  std::vector<std::int64_t> slots;     // [bucket][topk][stride]
+  std::vector<std::int32_t> tail;      // [bucket][tail_pairs][2]
   // Executor memory.
   device_buffer d_r2t, d_salt, k_pool, v_pool, q_src, k_src, v_src;
   device_buffer o_prefix, lse_prefix, o_expand, lse_expand, out, out_lse;
@@ -123,6 +130,10 @@ class engine {
   sim_cuda_launchers cuda = sim_cuda();
   loop_cuda_launchers lcuda = loop_cuda();
 };
+
+// The device loop's round guard summary after a short ring (round_loop_check.cpp): its
+// allocation word must hold exactly `reruns` ring records, then is cleared.
+void expect_stalls(const plan& p, std::vector<guard_word>& words, std::int64_t reruns);
 
 // Runs `work` (a launch or a synchronisation) and adds its wall time to device_secs when it is
 // device work done on this thread: a synchronisation's wait on any executor; a launch on the

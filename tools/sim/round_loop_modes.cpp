@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "specgraph/accept_metadata.hpp"
@@ -80,11 +81,11 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
     const std::int32_t n = std::min(opt.rounds_per_launch, opt.rounds - first);
     const executor_counters before = ex.counters();
     const auto t0 = clock_type::now();
-    publish_ring(pages_per_round * n);
+    publish_ring(pages_per_round * (opt.short_ring > 0 ? opt.short_ring : n));
     device_work(false, [&] { rt_->launch_device_rounds(n); });
     // The host step: everything below reads the N rounds' results.
     device_work(true, [&] { ex.synchronize(); });
-    const std::int64_t b = bucket_, per_round = b * (S + loop_log_kernel::row_fields);
+    const std::int64_t b = bucket_, per_round = b * (S + loop_log_kernel::row_fields) + 1;
     std::vector<std::int32_t> log(static_cast<std::size_t>(n * per_round));
     ex.copy_to_host(log.data(), log_int.data(), log.size() * 4);
     ex.copy_to_host(&ring_head_seen, v.ring_head, 8);
@@ -98,6 +99,7 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
       rec.finished = slice(at + b * S + 2 * b, b);
       rec.seq_len = slice(at + b * S + 3 * b, b);
       rec.emit_len = slice(at + b * S + 4 * b, b);
+      rec.stalled = at[per_round - 1] != 0;
       if (!left.empty()) {
         // Before the round: as the host staged it (the step's first round) or the last left it.
         rec.budget = i == 0 ? left : rounds.back().left;
@@ -107,9 +109,20 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
     }
     add_counters(stats, before, ex.counters());
     stats.seconds += since(t0);
-    host_step(rounds, first, n, stats, rep, v.commit.finished);
+    // A short ring: the last round's stall word, and the engine's rerun of the next round once
+    // it has refilled the ring and cleared the word (docs/round-graphs.md section 4).
+    std::int32_t stall = 0;
+    if (opt.short_ring > 0) ex.copy_to_host(&stall, v.stall, 4);
+    const auto rerun = [&] {
+      publish_ring(pages_per_round * opt.short_ring);
+      ex.copy_to_device(v.stall, &zero, 4);
+      launch_next_round(ex, after_verify_params(v, in).next);
+    };
+    host_step(rounds, first, n, stats, rep, v.commit.finished,
+              stall != 0 ? std::function<void()>(rerun) : nullptr);
   }
-  const std::vector<guard_word> words = rt_->read_round_guards();
+  std::vector<guard_word> words = rt_->read_round_guards();
+  expect_stalls(rt_->plan(), words, stats.reruns);
   raise_guard_violations(rt_->plan(), words, bucket_, "device loop");
 }
 
@@ -143,15 +156,48 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
   hin.real_batch = opt.batch;
   const round_launch l = after_verify_params(hv, hin);
   const std::int64_t b = bucket_;
+  // The next round's host twin, then the engine's state from it: seq_len, the draft slots,
+  // allocated_len and the tail copies, and the table positions it allocated written back.
+  const auto next_round = [&](std::int32_t k) {
+    next_round_host(l.next);
+    for (std::int32_t w = 0; w < round_guard_count; ++w) {
+      if (hv.guard[w].violations != 0 && !(w == round_guard_next && *hv.stall != 0)) {
+        throw error("host-driven round " + std::to_string(k) + ": " +
+                    guard_site_of(p, p.layout.round.guard_base + w).buffer + ": " +
+                    describe(hv.guard[w]));
+      }
+    }
+    if (*hv.stall != 0 && opt.short_ring == 0)
+      throw error("host-driven round " + std::to_string(k) + ": the ring ran short");
+    seq = slice(h.seq_len(), b);
+    slots = slice(h.out_cache_loc(), static_cast<std::int64_t>(slots.size()));
+    const std::vector<std::int32_t> old_alloc = allocated;
+    allocated = slice(hv.allocated_len, b);
+    if (tail_pairs > 0) tail = slice(hv.next.tail_copy, static_cast<std::int64_t>(tail.size()));
+    // The positions the next round allocated, [allocated_len before, after) of each row that
+    // took pages (the twin writes no other cell): the engine's table as the twin left it.
+    for (std::int32_t r = 0; r < opt.batch; ++r) {
+      const auto u = static_cast<std::size_t>(r);
+      const std::int64_t at = pool[u] * width + old_alloc[u], n = allocated[u] - old_alloc[u];
+      if (n <= 0) continue;
+      ex.copy_to_device(d_r2t.as<std::int32_t>() + at, h_r2t.data() + at,
+                        static_cast<std::size_t>(n) * 4);
+    }
+  };
   ex.synchronize();
   std::int32_t first = 0;
   for (std::int32_t k = 0; k < opt.rounds; ++k) {
     const executor_counters before = ex.counters();
     const auto t0 = clock_type::now();
-    ring_head_seen = *hv.ring_head;
-    publish_ring(pages_per_round);
+    if (opt.short_ring == 0) {
+      ring_head_seen = *hv.ring_head;
+      publish_ring(pages_per_round);
+    } else if (k == first) {  // as the device loop: from the head the last host step read
+      publish_ring(pages_per_round * opt.short_ring);
+    }
     loop_round rec;
     rec.seq_len = seq;
+    rec.stalled = *hv.stall != 0;
     stage_all();
     device_work(false, [&] { rt_->run_round(opt.num_steps); });
     std::int64_t cells = 0;
@@ -197,30 +243,7 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
       ext[static_cast<std::size_t>(r)] = rec.accept_length[static_cast<std::size_t>(r)] + 1;
     rt_->stage_extend(ext);
     device_work(false, [&] { rt_->replay_extend(); });
-    next_round_host(l.next);
-    for (std::int32_t w = 0; w < round_guard_count; ++w) {
-      if (hv.guard[w].violations != 0) {
-        throw error("host-driven round " + std::to_string(k) + ": " +
-                    guard_site_of(p, p.layout.round.guard_base + w).buffer + ": " +
-                    describe(hv.guard[w]));
-      }
-    }
-    if (*hv.stall != 0)
-      throw error("host-driven round " + std::to_string(k) + ": the ring ran short");
-    seq = slice(h.seq_len(), b);
-    slots = slice(h.out_cache_loc(), static_cast<std::int64_t>(slots.size()));
-    const std::vector<std::int32_t> old_alloc = allocated;
-    allocated = slice(hv.allocated_len, b);
-    if (tail_pairs > 0) tail = slice(hv.next.tail_copy, static_cast<std::int64_t>(tail.size()));
-    // The positions the next round allocated, [allocated_len before, after) of each row that
-    // took pages (the twin writes no other cell): the engine's table as the twin left it.
-    for (std::int32_t r = 0; r < opt.batch; ++r) {
-      const auto u = static_cast<std::size_t>(r);
-      const std::int64_t at = pool[u] * width + old_alloc[u], n = allocated[u] - old_alloc[u];
-      if (n <= 0) continue;
-      ex.copy_to_device(d_r2t.as<std::int32_t>() + at, h_r2t.data() + at,
-                        static_cast<std::size_t>(n) * 4);
-    }
+    next_round(k);
     rounds.push_back(std::move(rec));
     const bool step = (k + 1) % opt.rounds_per_launch == 0 || k + 1 == opt.rounds;
     if (step) device_work(true, [&] { ex.synchronize(); });
@@ -228,10 +251,18 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
     stats.seconds += since(t0);
     if (step) {
       ring_head_seen = *hv.ring_head;
-      host_step(rounds, first, k + 1 - first, stats, rep, hv.commit.finished);
+      const auto rerun = [&] {
+        publish_ring(pages_per_round * opt.short_ring);
+        *hv.stall = 0;
+        std::memset(static_cast<void*>(hv.guard), 0, sizeof(guard_word) * round_guard_count);
+        next_round(k);
+      };
+      host_step(rounds, first, k + 1 - first, stats, rep, hv.commit.finished,
+                *hv.stall != 0 ? std::function<void()>(rerun) : nullptr);
       first = k + 1;
     }
   }
+  ring_head_seen = *hv.ring_head;  // the final state's (a last rerun took pages too)
   const std::vector<guard_word> words = rt_->read_guards();
   raise_guard_violations(p, words, bucket_, "host-driven");
 }
@@ -241,7 +272,8 @@ void engine::run_host(std::vector<loop_round>& rounds, loop_mode_stats& stats, l
 // counted), then the engine's part, counted and timed: the finished requests replaced by new
 // ones, the batch restaged.
 void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std::int32_t count,
-                       loop_mode_stats& stats, loop_report& rep, std::int32_t* finished_flags) {
+                       loop_mode_stats& stats, loop_report& rep, std::int32_t* finished_flags,
+                       const std::function<void()>& rerun) {
   ++stats.host_steps;
   // The checks' instrumentation first, neither counted nor timed: the draft outputs read back,
   // hashed and (sampled rounds) verified. An engine reads none of them.
@@ -259,13 +291,15 @@ void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std:
     rec.pool = pool;
     rec.checked.assign(static_cast<std::size_t>(bucket_), 0);
     rec.salt.resize(static_cast<std::size_t>(bucket_));
+    stats.stalled_rounds += rec.stalled ? 1 : 0;
     for (std::int32_t r = 0; r < bucket_; ++r) {
       const auto u = static_cast<std::size_t>(r);
       rec.salt[u] = h_salt[static_cast<std::size_t>(pool[u])];
-      rec.checked[u] = r < opt.batch && idle[u] == 0;
+      // A round queued behind a stall runs no request: every row is inactive.
+      rec.checked[u] = r < opt.batch && idle[u] == 0 && !rec.stalled;
       if (rec.checked[u] != 0) {
-        stats.finished_by_budget += check_bookkeeping(
-            first + i, r, rec, i > 0 ? &rounds[static_cast<std::size_t>(first + i - 1)] : nullptr);
+        stats.finished_by_budget += check_bookkeeping(first + i, r, rec, next_seq[u]);
+        next_seq[u] = static_cast<std::int64_t>(rec.seq_len[u]) + rec.accept_length[u] + 1;
         stats.accepted += rec.accept_length[u];
         stats.emitted += rec.emit_len[u];
         ++stats.row_rounds;
@@ -291,9 +325,14 @@ void engine::host_step(std::vector<loop_round>& rounds, std::int32_t first, std:
         (opt.verify == loop_options::verify_mode::sample && k % opt.verify_every == 0);
     if (sampled) verify_round(k, rec, o, rep);
   }
-  // The engine's host step: the finished requests replaced, the batch restaged.
+  // The engine's host step: after a stall the ring refilled and the next round rerun, then the
+  // finished requests replaced and the batch restaged.
   const executor_counters before = ex.counters();
   const auto t0 = clock_type::now();
+  if (rerun) {
+    rerun();
+    ++stats.reruns;
+  }
   std::vector<std::int32_t> replaced;
   for (std::int32_t r = 0; r < opt.batch; ++r) {
     if (idle[static_cast<std::size_t>(r)] != 0) replaced.push_back(r);
