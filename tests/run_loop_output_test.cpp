@@ -52,6 +52,24 @@ const std::vector<std::string> small{"--executor",
                                      "--verify",
                                      "all"};
 
+// The small run with `extra` flags and --json: exit status 0 required, the text into `text`, the
+// JSON parsed (an empty document, after a failure, when the run failed).
+json run_small_with_json(const std::vector<std::string>& extra, std::string& text) {
+  const std::string path =
+      ::testing::TempDir() + "specgraph_run_loop_json_" + std::to_string(::getpid()) + ".json";
+  std::vector<std::string> args = small;
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--json", path});
+  std::ostringstream out, err;
+  const int status = run_command(args, out, err);
+  EXPECT_EQ(status, 0) << err.str();
+  text = out.str();
+  std::ifstream in(path);
+  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  return status == 0 ? json::parse(body) : json{};
+}
+
 TEST(RunLoopOutput, TheTableCountsEachModeAndBothChecksPass) {
   const std::string path =
       ::testing::TempDir() + "specgraph_run_loop_" + std::to_string(::getpid()) + ".json";
@@ -110,19 +128,10 @@ TEST(RunLoopOutput, TheTableCountsEachModeAndBothChecksPass) {
 // --short-ring 1 at page size 1: rounds stall, the report says how many and how many next
 // rounds the host reran, per mode in the JSON (equal), and the modes are identical.
 TEST(RunLoopOutput, AShortRingReportsItsStallsAndReruns) {
-  const std::string path =
-      ::testing::TempDir() + "specgraph_run_loop_ring_" + std::to_string(::getpid()) + ".json";
-  std::vector<std::string> args = small;
-  args.insert(args.end(), {"--page-size", "1", "--short-ring", "1", "--json", path});
-  std::ostringstream out, err;
-  ASSERT_EQ(run_command(args, out, err), 0) << err.str();
-  EXPECT_NE(out.str().find("\nshort ring: 1 round' pages per host step; "), std::string::npos)
-      << out.str();
-  EXPECT_NE(out.str().find("cells): IDENTICAL\n"), std::string::npos) << out.str();
-  std::ifstream in(path);
-  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
-  const json doc = json::parse(body);
+  std::string text;
+  const json doc = run_small_with_json({"--page-size", "1", "--short-ring", "1"}, text);
+  EXPECT_NE(text.find("\nshort ring: 1 round' pages per host step; "), std::string::npos) << text;
+  EXPECT_NE(text.find("cells): IDENTICAL\n"), std::string::npos) << text;
   EXPECT_EQ(as_int(*member(*member(doc, "config"), "short_ring"), "s"), 1);
   const json& dev = *member(doc, "device_loop");
   const json& host = *member(doc, "host_driven");
@@ -137,19 +146,10 @@ TEST(RunLoopOutput, AShortRingReportsItsStallsAndReruns) {
 // a request finishes in its first round unless it accepts no draft token, and no request emits
 // more than 2: the JSON's emitted count is at most 2 per request ever admitted.
 TEST(RunLoopOutput, ABudgetFinishesRequestsAndIsInTheReport) {
-  const std::string path =
-      ::testing::TempDir() + "specgraph_run_loop_budget_" + std::to_string(::getpid()) + ".json";
-  std::vector<std::string> args = small;
-  args.insert(args.end(), {"--max-new-tokens", "2", "--json", path});
-  std::ostringstream out, err;
-  ASSERT_EQ(run_command(args, out, err), 0) << err.str();
-  EXPECT_NE(out.str().find(", 4 per launch, budget 2 tokens, seed 1\n"), std::string::npos)
-      << out.str();
-  EXPECT_NE(out.str().find("cells): IDENTICAL\n"), std::string::npos) << out.str();
-  std::ifstream in(path);
-  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
-  const json doc = json::parse(body);
+  std::string text;
+  const json doc = run_small_with_json({"--max-new-tokens", "2"}, text);
+  EXPECT_NE(text.find(", 4 per launch, budget 2 tokens, seed 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cells): IDENTICAL\n"), std::string::npos) << text;
   EXPECT_EQ(as_int(*member(*member(doc, "config"), "max_new_tokens"), "m"), 2);
   for (const char* mode : {"device_loop", "host_driven"}) {
     const json& m = *member(doc, mode);

@@ -90,10 +90,11 @@ SCHEMAS = {
                         "Tensor(c!)[] prefix, Tensor(d!)[] full, Tensor(e!) guard, "
                         "Tensor(f!)[] scratch) -> ()",
     # Draft-extend metadata over the arena's section (specgraph.extend_arena): accept_len None
-    # reads the section's; engine False writes the section's tables, True the engine's (each
+    # reads the section's; accept_index None: every real row read; engine False writes the section's tables, True the engine's (each
     # layout's set or none); the section's guard words and scratch either way.
     "extend_arena_": "extend_arena_(Tensor(a!) arena, int handle, int bucket, "
-                     "Tensor req_to_token, Tensor? accept_len, bool engine, Tensor(b!)[] tokens, "
+                     "Tensor req_to_token, Tensor? accept_len, Tensor? accept_index, bool engine, "
+                     "Tensor(b!)[] tokens, "
                      "Tensor(c!)[] fa3, Tensor(d!)[] prefix, Tensor(e!)[] full) -> ()",
     # The round after verify over the arena's round section (specgraph.round_arena): the
     # engine's req_to_token is written (the rows that allocate), the ring and its tail read;

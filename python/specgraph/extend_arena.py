@@ -112,7 +112,7 @@ def _output_sets(bufs: Buffers, outputs: Any) -> List[List[Any]]:
 
 
 def extend_arena_(bufs: Buffers, bucket: int, req_to_token: Any, *, accept_len: Any = None,
-                  outputs: Optional[ExtendOutputs] = None) -> None:
+                  accept_index: Any = None, outputs: Optional[ExtendOutputs] = None) -> None:
     """Writes the draft-extend metadata of `bucket` (a planned bucket) from the staged round.
 
     req_to_token: int32 [>= pool_rows, >= max_context_len], contiguous, on the arena's device;
@@ -120,11 +120,14 @@ def extend_arena_(bufs: Buffers, bucket: int, req_to_token: Any, *, accept_len: 
     (a narrower row is refused per request on the device: bad input in the section's first guard
     word, the request written as a padded one). accept_len: None (the section's
     extend_view(...).accept_len), else an int32 [bucket] tensor on the arena's device, read in
-    place (an accepted length of 0 is recorded in the fifth guard word). outputs: None (the
+    place (an accepted length of 0 is recorded in the fifth guard word). accept_index: None, or
+    acceptance's int32 [bucket, num_steps + 1] tensor on the arena's device: a row whose first
+    entry is negative (acceptance accepted nothing: an idle row, a stalled round) is written as a
+    padded row, unread (RoundGraphs passes its round section's). outputs: None (the
     section's tables), else the engine's (ExtendOutputs; outputs.guard is not read). Refusals
     (InvalidArgument naming the field, nothing written): "draft_extend" (no section), "bucket",
-    "req_to_token", "accept_len", "outputs.<field>" (a layout partly given, none, short, of the
-    wrong dtype or device, or sharing memory). Current stream; no sync; no allocation;
+    "req_to_token", "accept_len", "accept_index", "outputs.<field>" (a layout partly given, none,
+    short, of the wrong dtype or device, or sharing memory). Current stream; no sync; no allocation;
     capture-safe. With a torch arena: torch.ops.specgraph.extend_arena_.
     """
     _ready(bufs)
@@ -132,13 +135,14 @@ def extend_arena_(bufs: Buffers, bucket: int, req_to_token: Any, *, accept_len: 
     bucket = bufs._bucket(bucket)
     req_to_token = _tensor(bufs, "req_to_token", req_to_token)
     acc = None if accept_len is None else _tensor(bufs, "accept_len", accept_len)
+    idx = None if accept_index is None else _tensor(bufs, "accept_index", accept_index)
     sets: List[List[Any]] = [[], [], [], []] if outputs is None else _output_sets(bufs, outputs)
     if bufs.handle and any(t is None for group in sets for t in group):
         # A partial layout never reaches the dispatcher (Tensor[] holds no None): the extension
         # refuses it by name, before anything is written.
-        _ffi.extend_arena(bufs._obj, bufs.arena, bucket, req_to_token, acc, True, *sets)
+        _ffi.extend_arena(bufs._obj, bufs.arena, bucket, req_to_token, acc, idx, True, *sets)
         return
-    _run(bufs, "extend_arena_", bucket, req_to_token, acc, outputs is not None, *sets)
+    _run(bufs, "extend_arena_", bucket, req_to_token, acc, idx, outputs is not None, *sets)
 
 
 def stage_accept_len(bufs: Buffers, bucket: int, accept_len: Sequence[int]) -> None:

@@ -153,9 +153,12 @@ class ExtendGraphs:
         """The section's views for the bucket (specgraph.extend_arena.extend_view)."""
         return extend_view(self.bufs, bucket)
 
-    def _record(self, bucket: int) -> None:
+    def _record(self, bucket: int, accept_index: Any = None) -> None:
+        """The body of graph(bucket); accept_index: acceptance's [bucket, S] (RoundGraphs), whose
+        rows it accepted nothing for are padded in the metadata."""
         acc = None if self.accept_len is None else self.accept_len[:bucket]
-        extend_arena_(self.bufs, bucket, self.req_to_token, accept_len=acc)
+        extend_arena_(self.bufs, bucket, self.req_to_token, accept_len=acc,
+                      accept_index=accept_index)
         self.forward(self.view(bucket))
 
     @property

@@ -247,7 +247,8 @@ class RoundGraphs:
             real = torch.where(ok, acc + 1, torch.zeros_like(acc))
             self.accept_len(b).copy_(torch.where(self._rows[:b] < bufs.real_batch, real,
                                                  torch.ones_like(acc)))
-            eg._record(b)
+            # Rows acceptance accepted nothing for (idle, stalled) are inactive: padded there.
+            eg._record(b, accept_index=round_view(bufs, b).accept_index)
         self._after_verify(b, "next")
         raw = torch.cat([bufs.guards, vg.outputs.guard.reshape(GUARD_SHAPE)])
         self._round.add_(1)

@@ -39,12 +39,14 @@ extend_params bucket_shapes(const draft_buffers& bufs, std::int32_t bucket) {
 }
 
 // accept_len: None (the section's) or int32 [bucket] on the arena's device, read in place;
+// accept_index: None, or acceptance's int32 [bucket, num_steps + 1] on the arena's device (a row
+// whose first entry is negative is written as padding: extend_inputs::accept_index);
 // engine: the engine's outputs, each layout's tensors in the tables' order or none (C++ refuses
 // "outputs" when no layout is given); false: the section's tables (the four lists empty).
 void extend_arena_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                      ffi::TensorView req_to_token, ffi::Optional<ffi::Tensor> accept_len,
-                     bool engine, tensor_list tokens, tensor_list fa3, tensor_list prefix,
-                     tensor_list full) {
+                     ffi::Optional<ffi::Tensor> accept_index, bool engine, tensor_list tokens,
+                     tensor_list fa3, tensor_list prefix, tensor_list full) {
   const draft_buffers bufs = buffers_of(b, arena);
   const std::int32_t bk = int32_arg("bucket", bucket);
   extend_params shape = bucket_shapes(bufs, bk);
@@ -59,6 +61,17 @@ void extend_arena_op(buffers_ref b, ffi::TensorView arena, std::int64_t bucket,
                           "] (one accepted length per request of the bucket, in [0, W])");
     in.accept_len = static_cast<const std::int32_t*>(address_of(a));
     spans.push_back(span_of("accept_len", a, a.numel() * 4));
+  }
+  if (accept_index.has_value()) {
+    const ffi::Tensor a = accept_index.value();
+    const std::int64_t s = std::int64_t{bufs.plan().config.num_steps} + 1;
+    check_int_tensor("accept_index", a, int_kind::int32, 0, b->device);
+    SPECGRAPH_EXPECTS(a.ndim() == 2 && a.size(0) == bk && a.size(1) == s, "accept_index",
+                      "shape " + describe_shape(a) + ", expected [" + std::to_string(bk) + ", " +
+                          std::to_string(s) + "] (acceptance's accept_index of the bucket)");
+    in.accept_index = static_cast<const std::int32_t*>(address_of(a));
+    in.accept_index_stride = s;
+    spans.push_back(span_of("accept_index", a, a.numel() * 4));
   }
   const tensor_list* sets[] = {&tokens, &fa3, &prefix, &full};
   extend_tables outputs;

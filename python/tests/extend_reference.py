@@ -16,10 +16,13 @@ def _ceil(a: int, b: int) -> int:
 def run(page_size: int, num_draft_tokens: int, seq_len: List[int], accept_len: List[int],
         req_pool_index: List[int], req_to_token: List[List[int]], bucket: Optional[int] = None,
         page_table_capacity: Optional[int] = None, triton_kv_capacity: Optional[int] = None,
-        flashinfer_kv_capacity: Optional[int] = None) -> Dict[str, Any]:
+        flashinfer_kv_capacity: Optional[int] = None,
+        padded: Optional[List[bool]] = None) -> Dict[str, Any]:
+    """padded: rows of the real batch written as padding all the same (acceptance accepted
+    nothing for them), their inputs unread."""
     ps, w, bs = page_size, num_draft_tokens, len(seq_len)
     b = bs if bucket is None else bucket
-    real = [r < bs for r in range(b)]
+    real = [r < bs and not (padded is not None and padded[r]) for r in range(b)]
     seq = [seq_len[r] if real[r] else 0 for r in range(b)]
     pool = [req_pool_index[r] if real[r] else 0 for r in range(b)]
     # L: the post-write length (padded rows: 1, the backends' fill value).

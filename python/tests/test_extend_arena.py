@@ -239,6 +239,51 @@ def test_a_row_narrower_than_the_window_is_bad_input_written_as_padding():
     assert v.fa3.cache_seqlen.tolist() == [7, 1]  # request 1 as a padded one (L = 1)
 
 
+def test_rows_acceptance_accepted_nothing_for_are_padding():
+    """accept_index (acceptance's, as RoundGraphs passes its round section's): a real row whose
+    first entry is negative (an idle row, a stalled round) is written as a padded row, its
+    inputs unread (junk here, an accepted length of 0 included, which is then not recorded);
+    every other row as without it. A wrong shape is refused by name, nothing written."""
+    rng = random.Random(5)
+    nrng = np.random.default_rng(5)
+    padded_rows = 0
+    for n in range(30):
+        w = rng.randint(1, 6)
+        plan = plan_for(rng, "both", w, ps=[1, 2, 4, 16][n % 4])
+        arena = specgraph.host_arena(plan)
+        bufs = specgraph.buffers(plan, arena)
+        bucket = rng.choice(BUCKETS)
+        real, seq, pool, accept, rtt = staged_round(rng, nrng, plan, arena, bufs, bucket)
+        s = plan.config.num_steps + 1
+        index = nrng.integers(-5, 99, (bucket, s)).astype(np.int32)
+        skip = [r < real and rng.random() < 0.4 for r in range(bucket)]
+        for r in range(bucket):
+            index[r, 0] = -1 if skip[r] else rng.randint(0, 99)
+            if skip[r]:  # junk: never read
+                accept[r] = 0
+        padded_rows += sum(skip)
+        stage_accept_len(bufs, bucket, accept)
+        extend_arena_(bufs, bucket, rtt, accept_index=index)
+        v = extend_view(bufs, bucket)
+        c = plan.config
+        cap = specgraph.extend_capacities(bucket, c.max_context_len, c.verify_tokens, c.page_size)
+        want = eref.run(c.page_size, c.verify_tokens, seq, accept, pool, rtt.tolist(),
+                        bucket=bucket, page_table_capacity=cap.page_columns, padded=skip)
+        assert v.tokens.out_cache_loc.tolist() == want["tokens"]["out_cache_loc"], n
+        assert v.tokens.position.tolist() == want["tokens"]["position"], n
+        assert v.fa3.cache_seqlen.tolist() == want["fa3"]["cache_seqlen"], n
+        assert v.full.full_kv_indptr.tolist() == want["flashinfer"]["kv_indptr"], n
+        live = [accept[r] for r in range(real) if not skip[r]]
+        kinds = [x.kind for x in specgraph.extend_violations(v.guard)]
+        assert kinds == (["accept_len"] if 0 in live else []), (n, kinds)
+    assert padded_rows > 0
+    before = arena.copy()
+    with pytest.raises(specgraph.InvalidArgument) as e:
+        extend_arena_(bufs, bucket, rtt, accept_index=np.zeros((bucket, 1), np.int32))
+    assert "accept_index" in str(e.value)
+    assert (arena == before).all()
+
+
 def test_config_refuses_draft_extend_without_the_window():
     kw = dict(max_batch=6, topk=2, num_steps=2, page_size=4, max_context_len=8, pool_rows=9,
               kv_slots=1 << 20)
@@ -274,11 +319,12 @@ def test_torch_op_passes_opcheck():
     assert bufs.handle
     op = torch.ops.specgraph.extend_arena_.default
     assert "Tensor(a!) arena" in str(op._schema) and "Tensor? accept_len" in str(op._schema)
-    torch.library.opcheck(op, (arena, bufs.handle, 4, rtt, None, False, [], [], [], []))
+    torch.library.opcheck(op, (arena, bufs.handle, 4, rtt, None, None, False, [], [], [], []))
     out = specgraph.extend_outputs(4, 17, 3, 2, layouts=("tokens", "full"), device="cpu")
     acc = torch.tensor([1, 2, 3, 3], dtype=torch.int32)
-    torch.library.opcheck(op, (arena, bufs.handle, 4, rtt, acc, True, list(out.tokens), [], [],
-                               list(out.full)))
+    index = torch.tensor([[0, 1, -1], [-1, 0, 0], [6, -1, -1], [9, 10, -1]], dtype=torch.int32)
+    torch.library.opcheck(op, (arena, bufs.handle, 4, rtt, acc, index, True, list(out.tokens), [],
+                               [], list(out.full)))
 
 
 def test_torch_path_equals_the_numpy_path():
