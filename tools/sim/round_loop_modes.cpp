@@ -89,6 +89,9 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
     std::vector<std::int32_t> log(static_cast<std::size_t>(n * per_round));
     ex.copy_to_host(log.data(), log_int.data(), log.size() * 4);
     ex.copy_to_host(&ring_head_seen, v.ring_head, 8);
+    // A short ring: the last round's stall word (the engine's to read at its step).
+    std::int32_t stall = 0;
+    if (opt.short_ring > 0) ex.copy_to_host(&stall, v.stall, 4);
     for (std::int32_t i = 0; i < n; ++i) {
       const std::int32_t k = first + i;
       const std::int32_t* at = log.data() + (k % opt.rounds_per_launch) * per_round;
@@ -109,10 +112,8 @@ void engine::run_device(std::vector<loop_round>& rounds, loop_mode_stats& stats,
     }
     add_counters(stats, before, ex.counters());
     stats.seconds += since(t0);
-    // A short ring: the last round's stall word, and the engine's rerun of the next round once
-    // it has refilled the ring and cleared the word (docs/round-graphs.md section 4).
-    std::int32_t stall = 0;
-    if (opt.short_ring > 0) ex.copy_to_host(&stall, v.stall, 4);
+    // After a stall: the engine's rerun of the next round once it has refilled the ring and
+    // cleared the word (docs/round-graphs.md section 4).
     const auto rerun = [&] {
       publish_ring(pages_per_round * opt.short_ring);
       ex.copy_to_device(v.stall, &zero, 4);
