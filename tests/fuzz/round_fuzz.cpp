@@ -24,9 +24,10 @@
 //     the reference says.
 //
 // Byte encoding (read in this order): select (path = select % 4, word = bit 2, budget = bit 3,
-// finished pointer = bit 4 clear, stall = bits 5-7 all set), a scalar byte (>= 0xe0: one scalar
-// read raw, scalar % 6), the scalars, per request its tree seed and length, the layout, the
-// ring, the stops and budgets, three cut bytes pairs, the bad byte.
+// finished pointer = bit 4 clear, stall = bits 5-7 all set: the round is stalled, so acceptance
+// and the commit pad every row and the next round builds them inactive), a scalar byte (>= 0xe0:
+// one scalar read raw, scalar % 6), the scalars, per request its tree seed and length, the layout,
+// the ring, the stops and budgets, three cut bytes pairs, the bad byte.
 #include <algorithm>
 #include <cstdint>
 #include <vector>

@@ -109,7 +109,8 @@ bool run_accept_stage(const round& c, accepted& out) {
   ac.draft = c.draft;
   ac.target = c.target;
   ac.seq_len = c.seq_len;
-  for (std::int64_t r = 0; r < real; ++r) {
+  ac.stall = {c.stall};  // a stalled round reads no row (accept_params::stall)
+  for (std::int64_t r = 0; r < real && c.stall == 0; ++r) {
     record x{};
     if (!accept_bad(c, r, x)) continue;
     bad.push_back(x);
@@ -129,8 +130,14 @@ bool run_accept_stage(const round& c, accepted& out) {
     e.new_seq_len[ru] = c.seq_len[ru];
     e.select_index[ru] = r * D + D - 1;
   }
-  const std::vector<std::int64_t>* want[7] = {&e.accept_index,  &e.accept_length, &e.predict,
-                                              &e.accept_tokens, &e.bonus,         &e.new_seq_len,
+  // A stalled round writes no bonus and no new_seq_len: every cell stays poisoned.
+  const std::vector<std::int64_t> unwritten;
+  const std::vector<std::int64_t>* want[7] = {&e.accept_index,
+                                              &e.accept_length,
+                                              &e.predict,
+                                              &e.accept_tokens,
+                                              e.keeps_next ? &unwritten : &e.bonus,
+                                              e.keeps_next ? &unwritten : &e.new_seq_len,
                                               &e.select_index};
   const std::int64_t widths[7] = {S, 1, D, D, 1, 1, 1};
   std::int64_t exact[7], caps[7];
@@ -139,7 +146,8 @@ bool run_accept_stage(const round& c, accepted& out) {
 
   const auto b = static_cast<std::size_t>(B);
   guarded<std::int32_t> parent(c.parent.size()), draft(c.draft.size()), target(c.target.size()),
-      seq(b), word(1);
+      seq(b), word(1), stall(1);
+  stall[0] = c.stall;
   copy_in(parent, c.parent);
   copy_in(draft, c.draft);
   copy_in(target, c.target);
@@ -152,6 +160,7 @@ bool run_accept_stage(const round& c, accepted& out) {
   p.draft_token = draft.data();
   p.target_predict = target.data();
   p.seq_len = seq.data();
+  p.stall = stall.data();
   p.batch = c.batch;
   p.real_batch = c.real_batch;
   if (c.word_mode) p.real_batch_at = word.data();
@@ -234,7 +243,8 @@ bool run_commit_stage(const round& c, const accepted& a, std::vector<std::int32_
   cc.stop_ids = c.stops;
   cc.has_budget = c.has_budget;
   cc.budget = c.budget;
-  for (std::int64_t r = 0; r < real; ++r) {
+  cc.stall = {c.stall};  // a stalled round pads every row (commit_params::stall)
+  for (std::int64_t r = 0; r < real && c.stall == 0; ++r) {
     record x{};
     if (!commit_bad(c, a, r, x)) continue;
     bad.push_back(x);
@@ -272,7 +282,8 @@ bool run_commit_stage(const round& c, const accepted& a, std::vector<std::int32_
   const auto b = static_cast<std::size_t>(B);
   guarded<std::int32_t> index(a.accept_index.size()), length(b), tokens(a.accept_tokens.size()),
       seq(b), alloc(b), pool(b), rtt(c.req_to_token.size()), stops(c.stops.size()),
-      budget(c.budget.size()), word(1);
+      budget(c.budget.size()), word(1), stall(1);
+  stall[0] = c.stall;
   copy_in(index, a.accept_index);
   copy_in(length, a.accept_length);
   copy_in(tokens, a.accept_tokens);
@@ -298,6 +309,7 @@ bool run_commit_stage(const round& c, const accepted& a, std::vector<std::int32_
   p.stop_token_ids = c.stops.empty() ? nullptr : stops.data();
   p.stop_token_count = static_cast<std::int32_t>(c.stops.size());
   p.max_new_tokens_left = c.has_budget ? budget.data() : nullptr;
+  p.stall = stall.data();
   p.batch = c.batch;
   p.real_batch = c.real_batch;
   if (c.word_mode) p.real_batch_at = word.data();
