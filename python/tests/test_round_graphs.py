@@ -6,7 +6,8 @@ draft extend's accept_len and staged seq_len, and the final seq_len, allocated_l
 req_to_token, ring head and stall word; draft extend's accept_len bound or the section's; a plan
 without draft extend. after_verify_'s part: accept_commit then next equals all cell by cell,
 each part writes only its own cells, bad parts refused by name with nothing written. The guard
-tally across rounds, and misuse refused by name."""
+tally across rounds, and misuse refused by name. A short ring: the rounds behind a stall change
+nothing, and the engine's rerun of the next round continues every live row."""
 
 from __future__ import annotations
 
@@ -294,3 +295,49 @@ def test_a_plan_without_the_round_section_is_refused():
         RoundGraphs(dg, vg, None, torch.zeros(4, dtype=torch.int32),
                     torch.zeros(1, dtype=torch.int64))
     assert e.value.field == "round_on_device"
+
+
+def test_rounds_queued_behind_a_stall_change_nothing_and_the_rerun_continues():
+    """A ring with nothing published (tail 0): the first round whose rows need pages stalls.
+    The rounds RoundGraphs runs behind it accept nothing, move no KV, finish nothing, pad every
+    row's extend and leave new_seq_len, bonus, finished, allocated_len and the budget as the
+    stalling round left them (docs/round-graphs.md section 4). The engine then publishes the
+    ring, clears the stall word and reruns the next round (after_verify_ part "next"): every
+    live row continues from the stalling round's new_seq_len, and the next round accepts again."""
+    from specgraph.extend_arena import extend_view
+    kept = ("new_seq_len", "bonus", "finished", "allocated_len", "max_new_tokens_left")
+    stalls = 0
+    for seed in range(12):
+        case = run.Case(run.make_plan(2, 3, 1, 6), seed)
+        side = run.Side(case, "cpu", round_driver=True)
+        b, real, s = case.bucket, case.real, case.plan.config.num_steps + 1
+        v = round_view(side.bufs, b)
+        side.tail.fill_(0)  # the engine has published no page
+        for _ in range(6):
+            side.rg.run(1)
+            if int(v.stall[0]):
+                break
+        if not int(v.stall[0]):
+            continue
+        stalls += 1
+        snap = {n: getattr(v, n).clone() for n in kept}
+        side.rg.run(2)  # queued behind the stall
+        assert int(v.stall[0]) == 1
+        assert v.accept_length.tolist() == [0] * b, seed
+        assert (v.accept_index == -1).all(), seed
+        assert (v.kv_move == -1).all(), seed
+        for n in kept:
+            assert getattr(v, n).tolist() == snap[n].tolist(), (n, seed)
+        assert (extend_view(side.bufs, b).tokens.out_cache_loc == 0).all(), seed
+        side.tail.fill_(case.ring.size)
+        v.stall.zero_()
+        after_verify_(side.bufs, b, side.rtt, side.ring, side.tail,
+                      stop_token_count=case.stop_count, budget=case.budget, part="next")
+        assert int(v.stall[0]) == 0
+        live = [r for r in range(real) if not int(snap["finished"][r])]
+        for r in live:
+            assert int(side.bufs.seq_len[r]) == int(snap["new_seq_len"][r]), (r, seed)
+        side.rg.run(1)
+        for r in live:
+            assert int(v.accept_index[r, 0]) == r * case.d, (r, seed)
+    assert stalls > 0, "no case stalled"
