@@ -346,8 +346,7 @@ class draft_runtime {
   void capture_verify_graphs(capture_report& report, const std::function<void(int, int)>& progress,
                              int total);
   verify_inputs verify_inputs_of() const;
-  // accept_index (the device round's acceptance, [bucket][stride]; null: none): rows it
-  // accepted nothing for are padded in the extend metadata (extend_inputs::accept_index).
+  // accept_index: the device round's (extend_inputs::accept_index); null in the extend graphs.
   void record_extend_body(std::int32_t bucket, const std::int32_t* accept_index = nullptr,
                           std::int64_t accept_index_stride = 0);
   void capture_extend_graphs(capture_report& report, const std::function<void(int, int)>& progress,
