@@ -303,17 +303,9 @@ class dr_rig {
       host_out_.extend_accept_len.push_back(ext);
       host_out_.extend_seq_len.push_back(seq);
     }
-    const std::vector<std::int32_t> allocated_before = slice(hv_.allocated_len, B);
     next_round_host(l.next);
-    // The engine's table as the twin left it: the positions it allocated, [allocated_len before,
-    // after) of each real row that took pages (the twin writes no other cell), not the table.
-    for (std::int32_t i = 0; i < s_.real; ++i) {
-      const std::int64_t from = allocated_before[static_cast<std::size_t>(i)];
-      const std::int64_t n = hv_.allocated_len[i] - from;
-      if (n <= 0) continue;
-      const std::int64_t at = std::int64_t{h_.req_pool_index()[i]} * s_.width + from;
-      ex_.copy_to_device(r2t.data() + at, host_r2t_.data() + at, static_cast<std::size_t>(n) * 4);
-    }
+    // The engine's table as the twin left it (the new positions of the rows that allocate).
+    ex_.copy_to_device(r2t.data(), host_r2t_.data(), host_r2t_.size() * 4);
     if (mark) mark(k, 3);
     for (std::int32_t w = 0; w < round_guard_count; ++w) {
       note_guard(k, "round section word " + std::to_string(w), hv_.guard[w]);
